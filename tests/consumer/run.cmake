@@ -1,0 +1,33 @@
+# Builds and runs tests/consumer against accel, either through add_subdirectory or through an
+# install prefix and find_package. Invoked by ctest with -DMODE, -DSOURCE, -DWORK.
+file(REMOVE_RECURSE ${WORK})
+set(consumer ${SOURCE}/tests/consumer)
+set(common -DACCEL_WITH_CUDA=OFF -DACCEL_WITH_MPI=OFF -DACCEL_WITH_NCCL=OFF)
+if(MODE STREQUAL "package")
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/lib -DACCEL_BUILD_TESTS=OFF
+                          -DACCEL_BUILD_BENCHMARKS=OFF -DACCEL_BUILD_EXAMPLES=OFF ${common}
+                          -DCMAKE_INSTALL_PREFIX=${WORK}/prefix RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "configuring accel failed")
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} --install ${WORK}/lib RESULT_VARIABLE rc)
+  if(rc)
+    message(FATAL_ERROR "installing accel failed")
+  endif()
+  set(extra -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+else()
+  set(extra -DACCEL_SOURCE=${SOURCE})
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${consumer} -B ${WORK}/build -DACCEL_CONSUMER_MODE=${MODE}
+                        ${common} ${extra} RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer (${MODE}) failed")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/build RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer (${MODE}) failed")
+endif()
+execute_process(COMMAND ${WORK}/build/consumer RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the consumer (${MODE}) failed at run time")
+endif()

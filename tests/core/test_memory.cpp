@@ -1,0 +1,127 @@
+// Allocator counters are exact: current and peak bytes follow every allocation and free, and a
+// budget turns an over-large allocation into OutOfMemoryError carrying device and size.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "accel/core/mapped_file.hpp"
+#include "accel/core/memory_stats.hpp"
+#include "accel/core/storage.hpp"
+#include "accel/core/tensor.hpp"
+
+using namespace accel;
+
+TEST_CASE("host allocations move current and peak counters exactly") {
+  const Device cpu = Device::cpu();
+  const auto base = memory_stats(cpu);
+  reset_peak_memory_stats(cpu);
+  REQUIRE(memory_stats(cpu).peak_allocated_bytes == base.allocated_bytes);
+  {
+    Tensor a = Tensor::empty({1000}, DType::f32);  // 4000 bytes
+    REQUIRE(memory_stats(cpu).allocated_bytes == base.allocated_bytes + 4000);
+    {
+      Tensor b = Tensor::empty({10, 10}, DType::f64);  // 800 bytes
+      Tensor view = b.narrow(0, 2, 3);                 // views allocate nothing
+      REQUIRE(memory_stats(cpu).allocated_bytes == base.allocated_bytes + 4800);
+    }
+    REQUIRE(memory_stats(cpu).allocated_bytes == base.allocated_bytes + 4000);
+    REQUIRE(memory_stats(cpu).peak_allocated_bytes == base.allocated_bytes + 4800);
+    reset_peak_memory_stats(cpu);
+    REQUIRE(memory_stats(cpu).peak_allocated_bytes == base.allocated_bytes + 4000);
+  }
+  const auto after = memory_stats(cpu);
+  REQUIRE(after.allocated_bytes == base.allocated_bytes);
+  REQUIRE(after.num_allocs == base.num_allocs + 2);
+  REQUIRE(after.num_frees == base.num_frees + 2);
+}
+
+TEST_CASE("meta tensors cost nothing") {
+  const auto base = memory_stats(Device::cpu());
+  Tensor m = Tensor::empty({100000, 100000}, DType::f32, Device::meta());
+  REQUIRE(m.numel() == 10'000'000'000LL);
+  REQUIRE(m.nbytes() == 40'000'000'000ULL);
+  REQUIRE_FALSE(m.storage());
+  REQUIRE(m.data_ptr() == nullptr);
+  REQUIRE(memory_stats(Device::cpu()).allocated_bytes == base.allocated_bytes);
+  REQUIRE(memory_stats(Device::meta()).allocated_bytes == 0);
+}
+
+TEST_CASE("a memory budget raises OutOfMemoryError with the device and size") {
+  const auto in_use = memory_stats(Device::cpu()).allocated_bytes;
+  ScopedMemoryLimit limit(Device::cpu(), in_use + 1024);
+  Tensor ok = Tensor::empty({256}, DType::f32);  // exactly the budget
+  try {
+    Tensor too_big = Tensor::empty({1}, DType::u8);
+    FAIL("allocation over budget succeeded");
+  } catch (const OutOfMemoryError& e) {
+    REQUIRE(e.device() == "cpu");
+    REQUIRE(e.requested_bytes() == 1);
+    REQUIRE(std::string(e.what()).find("out of memory on cpu") != std::string::npos);
+  }
+  REQUIRE(memory_stats(Device::cpu()).allocated_bytes == in_use + 1024);
+  REQUIRE(memory_stats(Device::cpu()).limit == in_use + 1024);
+}
+
+TEST_CASE("the system allocator's failure becomes OutOfMemoryError and leaves counters intact") {
+  const auto before = memory_stats(Device::cpu()).allocated_bytes;
+  REQUIRE_THROWS_AS(Storage::allocate(Device::cpu(), std::size_t{1} << 62), OutOfMemoryError);
+  REQUIRE(memory_stats(Device::cpu()).allocated_bytes == before);
+}
+
+TEST_CASE("pinned host memory counts as cpu memory and as pinned") {
+  const auto cpu0 = memory_stats(Device::cpu()).allocated_bytes;
+  const auto pin0 = pinned_memory_stats().allocated_bytes;
+  {
+    Storage s = Storage::allocate_pinned(4096);
+    REQUIRE(s.kind() == MemoryKind::pinned);
+    REQUIRE(reinterpret_cast<std::uintptr_t>(s.data()) % host_alignment == 0);
+    REQUIRE(memory_stats(Device::cpu()).allocated_bytes == cpu0 + 4096);
+    REQUIRE(pinned_memory_stats().allocated_bytes == pin0 + 4096);
+  }
+  REQUIRE(memory_stats(Device::cpu()).allocated_bytes == cpu0);
+  REQUIRE(pinned_memory_stats().allocated_bytes == pin0);
+}
+
+TEST_CASE("CUDA devices without a backend raise DeviceError, not a crash") {
+  if (cuda_device_count() > 0) {
+    SUCCEED("a GPU is present; the CUDA tests cover it");
+    return;
+  }
+  if (device_backend_slot(DeviceType::cuda) == nullptr) {
+    REQUIRE_THROWS_AS(Tensor::empty({4}, DType::f32, Device::cuda(0)), DeviceError);
+  } else {
+    REQUIRE_THROWS_AS(Tensor::empty({4}, DType::f32, Device::cuda(0)), Error);
+  }
+  REQUIRE_FALSE(cuda_is_available());
+}
+
+TEST_CASE("memory-mapped regions are zero-copy and keep the mapping alive") {
+  const std::string path = "accel_test_mapped.bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    const float values[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    f.write(reinterpret_cast<const char*>(values), sizeof values);
+  }
+  const auto before = memory_stats(Device::cpu());
+  Tensor t;
+  {
+    auto file = MappedFile::open(path);
+    REQUIRE(file->size() == 16);
+    REQUIRE(memory_stats(Device::cpu()).mapped_bytes == before.mapped_bytes + 16);
+    t = Tensor::from_storage(file->region(4, 12), DType::f32, {3});
+    REQUIRE_THROWS_AS(file->region(8, 9), FormatError);
+  }
+  // The file object is gone; the tensor still reads the mapping.
+  REQUIRE(t.at<float>({0}) == 2.0f);
+  REQUIRE(t.at<float>({2}) == 4.0f);
+  REQUIRE(t.storage().kind() == MemoryKind::mapped);
+  REQUIRE_FALSE(t.storage().writable());
+  REQUIRE_THROWS_AS(t.fill_(0.0), ValueError);
+  REQUIRE(memory_stats(Device::cpu()).allocated_bytes == before.allocated_bytes);
+  t = Tensor();
+  REQUIRE(memory_stats(Device::cpu()).mapped_bytes == before.mapped_bytes);
+  std::remove(path.c_str());
+  REQUIRE_THROWS_AS(MappedFile::open("/nonexistent/accel.bin"), IOError);
+}
