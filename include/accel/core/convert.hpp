@@ -7,6 +7,7 @@
 // enables them, a scalar loop otherwise.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,21 +74,57 @@ namespace detail {
 
 // ---- vectorized hot pairs --------------------------------------------------------------------
 
-inline void f16_to_f32(const half* src, float* dst, std::size_t n) noexcept {
-  std::size_t i = 0;
+// Outputs past this many bytes bypass the caches (streaming stores), as large memcpy does: the
+// destination is written once and not read back soon, so fetching its lines first only doubles
+// the memory traffic.
+inline constexpr std::size_t streaming_store_bytes = std::size_t{1} << 20;
+
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+using f32x_t = __m512;
+inline constexpr std::size_t f32x_lanes = 16;
+inline void store_f32x(float* dst, f32x_t v, bool stream) noexcept {
+  if (stream) {
+    _mm512_stream_ps(dst, v);
+  } else {
+    _mm512_storeu_ps(dst, v);
   }
+}
 #endif
-#if defined(__F16C__)
+
+/// Runs the scalar `tail(i)` until dst is 64-byte aligned (when streaming), then `body(i)` per
+/// vector of `lanes`, then `tail` again; returns after fencing streamed stores.
+template <std::size_t Lanes, class Body, class Tail>
+inline void vector_loop(float* dst, std::size_t n, bool stream, Body&& body, Tail&& tail) noexcept {
+  std::size_t i = 0;
+  if (stream) {
+    while (i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 63u) != 0) tail(i++);
+  }
+  for (; i + Lanes <= n; i += Lanes) body(i);
+  for (; i < n; ++i) tail(i);
+#if defined(__SSE2__)
+  if (stream) _mm_sfence();
+#endif
+}
+
+inline void f16_to_f32(const half* src, float* dst, std::size_t n) noexcept {
+  [[maybe_unused]] const bool stream = n * sizeof(float) >= streaming_store_bytes;
+#if defined(__AVX512F__)
+  vector_loop<16>(dst, n, stream,
+      [&](std::size_t i) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+        store_f32x(dst + i, _mm512_cvtph_ps(h), stream);
+      },
+      [&](std::size_t i) { dst[i] = static_cast<float>(src[i]); });
+#elif defined(__F16C__)
+  std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
-#endif
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+#else
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+#endif
 }
 
 inline void f32_to_f16(const float* src, half* dst, std::size_t n) noexcept {
@@ -108,22 +145,42 @@ inline void f32_to_f16(const float* src, half* dst, std::size_t n) noexcept {
 }
 
 inline void bf16_to_f32(const bfloat16* src, float* dst, std::size_t n) noexcept {
-  std::size_t i = 0;
+  [[maybe_unused]] const bool stream = n * sizeof(float) >= streaming_store_bytes;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    _mm512_storeu_si512(reinterpret_cast<void*>(dst + i), w);
-  }
-#endif
-#if defined(__AVX2__)
+  vector_loop<16>(dst, n, stream,
+      [&](std::size_t i) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+        store_f32x(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)), stream);
+      },
+      [&](std::size_t i) { dst[i] = static_cast<float>(src[i]); });
+#elif defined(__AVX2__)
+  std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), w);
   }
-#endif
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+#else
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+#endif
+}
+
+/// f8 -> f32 through a 256-entry table: the decode has a loop for subnormals, the table none.
+template <class T>
+inline const std::array<float, 256>& f8_table() noexcept {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (unsigned c = 0; c < 256; ++c) t[c] = static_cast<float>(T::from_bits(static_cast<std::uint8_t>(c)));
+    return t;
+  }();
+  return table;
+}
+
+template <class T>
+inline void f8_to_f32(const T* src, float* dst, std::size_t n) noexcept {
+  const auto& table = f8_table<T>();
+  for (std::size_t i = 0; i < n; ++i) dst[i] = table[src[i].bits];
 }
 
 inline void f32_to_bf16(const float* src, bfloat16* dst, std::size_t n) noexcept {
@@ -164,6 +221,9 @@ void convert_span(const From* src, To* dst, std::size_t n) noexcept {
     bf16_to_f32(src, dst, n);
   } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) {
     f32_to_bf16(src, dst, n);
+  } else if constexpr ((std::is_same_v<From, float8_e4m3fn> || std::is_same_v<From, float8_e5m2>) &&
+                       std::is_same_v<To, float>) {
+    f8_to_f32(src, dst, n);
   } else if constexpr (is_small_float_v<From> && is_small_float_v<To>) {
     // Through f32 in blocks: exact, since every small format embeds in f32.
     constexpr std::size_t block = 256;
