@@ -15,7 +15,7 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__AVX2__) || defined(__F16C__) || defined(__AVX512F__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
