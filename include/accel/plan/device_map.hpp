@@ -1,0 +1,201 @@
+// DeviceMap: ordered dotted module/tensor name -> Placement (GPU id, "cpu", "disk"), as Accelerate.
+//
+//   dm.set("model.layers.0", 0);  dm.lookup("model.layers.0.mlp.up_proj.weight") -> 0 (longest prefix)
+//   clean_device_map(dm)          groups children that share a device under their parent
+//   check_device_map(model, dm)   every tensor covered by exactly one key (ValueError otherwise)
+//   to_json(dm) / device_map_from_json(j)   {"transformer.h.0": 0, "lm_head": "cpu"}
+#pragma once
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/device.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/nn/module.hpp"
+
+namespace accel::plan {
+
+class DeviceMap {
+ public:
+  using Entry = std::pair<std::string, Placement>;
+
+  /// Sets `name` (kept at its position when present, appended otherwise).
+  void set(std::string name, Placement p) {
+    for (auto& e : entries_) {
+      if (e.first == name) {
+        e.second = p;
+        return;
+      }
+    }
+    entries_.emplace_back(std::move(name), p);
+  }
+  /// Appends without looking for an existing key (the caller knows it is new).
+  void append(std::string name, Placement p) { entries_.emplace_back(std::move(name), p); }
+  /// Removes `name`; true when it was present.
+  bool erase(std::string_view name) {
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.first == name; });
+    if (it == entries_.end()) return false;
+    entries_.erase(it);
+    return true;
+  }
+  /// The placement of exactly `name`.
+  std::optional<Placement> find(std::string_view name) const {
+    for (const auto& e : entries_) {
+      if (e.first == name) return e.second;
+    }
+    return std::nullopt;
+  }
+  /// The placement of tensor or module `name`: the value of the longest key that is `name` or one
+  /// of its dotted prefixes ("" covers everything). nullopt when no key covers it.
+  std::optional<Placement> lookup(std::string_view name) const {
+    std::optional<Placement> best;
+    std::size_t best_len = 0;
+    bool found = false;
+    for (const auto& [k, p] : entries_) {
+      if (covers(k, name) && (!found || k.size() > best_len)) {
+        best = p;
+        best_len = k.size();
+        found = true;
+      }
+    }
+    return best;
+  }
+  /// True when key `key` places `name` ("" covers all; "a.b" covers "a.b" and "a.b.*").
+  static bool covers(std::string_view key, std::string_view name) {
+    if (key.empty()) return true;
+    return name == key || (name.size() > key.size() && name.starts_with(key) && name[key.size()] == '.');
+  }
+
+  std::size_t size() const noexcept { return entries_.size(); }
+  bool empty() const noexcept { return entries_.empty(); }
+  auto begin() const noexcept { return entries_.begin(); }
+  auto end() const noexcept { return entries_.end(); }
+  const std::vector<Entry>& entries() const noexcept { return entries_; }
+  std::vector<Entry>& entries() noexcept { return entries_; }
+  friend bool operator==(const DeviceMap&, const DeviceMap&) = default;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+namespace detail {
+inline void clean_device_map_at(DeviceMap& dm, const std::string& module_name) {
+  const std::string prefix = module_name.empty() ? "" : module_name + ".";
+  auto under = [&](const std::string& k) { return k.starts_with(prefix); };
+  std::optional<Placement> value;
+  std::size_t count = 0;
+  bool uniform = true;
+  for (const auto& [k, v] : dm) {
+    if (!under(k)) continue;
+    if (count++ == 0) {
+      value = v;
+    } else if (v != *value) {
+      uniform = false;
+    }
+  }
+  if (count > 1 && uniform) {
+    auto& e = dm.entries();
+    e.erase(std::remove_if(e.begin(), e.end(), [&](const DeviceMap::Entry& x) { return under(x.first); }), e.end());
+    dm.set(module_name, *value);
+  }
+  // Children: the next path component of every key strictly below, in order of first appearance.
+  std::vector<std::string> children;
+  const std::size_t keep = module_name.empty() ? 1 : static_cast<std::size_t>(std::count(module_name.begin(), module_name.end(), '.')) + 2;
+  for (const auto& [k, v] : dm) {
+    if (!under(k) || k.size() <= module_name.size()) continue;
+    std::size_t cut = k.size(), comps = 0;
+    for (std::size_t p = 0; p < k.size(); ++p) {
+      if (k[p] == '.' && ++comps == keep) {
+        cut = p;
+        break;
+      }
+    }
+    std::string child = k.substr(0, cut);
+    if (std::find(children.begin(), children.end(), child) == children.end()) children.push_back(std::move(child));
+  }
+  for (const auto& c : children) clean_device_map_at(dm, c);
+}
+}  // namespace detail
+
+/// Accelerate's clean_device_map: wherever every key below a module shares one device (and there is
+/// more than one), they are replaced by the module's own key. Works from the root down.
+inline DeviceMap clean_device_map(DeviceMap dm, const std::string& module_name = "") {
+  detail::clean_device_map_at(dm, module_name);
+  return dm;
+}
+
+/// JSON in Accelerate's shape: GPU ids as integers, "cpu", "disk" as strings.
+inline nlohmann::json placement_to_json(Placement p) {
+  if (p.is_gpu()) return p.index();
+  return p.str();
+}
+inline nlohmann::json to_json(const DeviceMap& dm) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, p] : dm) j[k] = placement_to_json(p);
+  return nlohmann::json::parse(j.dump());
+}
+/// As to_json, keeping the map's order.
+inline nlohmann::ordered_json to_ordered_json(const DeviceMap& dm) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, p] : dm) j[k] = placement_to_json(p);
+  return j;
+}
+/// Parses a device-map value: an integer GPU id, "cpu", "disk", "cuda:N", "meta".
+inline Placement placement_from_json(const nlohmann::json& v) {
+  if (v.is_number_integer()) return Placement::gpu(v.get<int>());
+  if (v.is_string()) return Placement::parse(v.get<std::string>());
+  throw FormatError("device map value " + v.dump() + " is neither a GPU index nor a device name");
+}
+template <class Json>
+DeviceMap device_map_from_json(const Json& j) {
+  if (!j.is_object()) throw FormatError("a device map must be a JSON object, got " + j.dump());
+  DeviceMap dm;
+  for (auto it = j.begin(); it != j.end(); ++it) dm.append(it.key(), placement_from_json(it.value()));
+  return dm;
+}
+
+/// Checks that every parameter and buffer of `model` (each tensor under the name met first) is
+/// placed by exactly one key of `dm`, that no other name is placed twice, and that every key names
+/// something in the model. ValueError otherwise.
+inline void check_device_map(const nn::Module& model, const DeviceMap& dm) {
+  std::vector<std::string> names, required;
+  for (const auto& [n, t] : model.named_parameters("", true, false)) names.push_back(n);
+  for (const auto& [n, t] : model.named_buffers("", true, false)) names.push_back(n);
+  for (const auto& [n, t] : model.named_parameters()) required.push_back(n);
+  for (const auto& [n, t] : model.named_buffers()) required.push_back(n);
+  for (const auto& n : names) {
+    int hits = 0;
+    for (const auto& [k, p] : dm) hits += DeviceMap::covers(k, n) ? 1 : 0;
+    if (hits == 0 && std::find(required.begin(), required.end(), n) != required.end()) {
+      throw ValueError("device map does not place '" + n + "'");
+    }
+    if (hits > 1) throw ValueError("device map places '" + n + "' under " + std::to_string(hits) + " keys");
+  }
+  for (const auto& entry : dm) {
+    const std::string& k = entry.first;
+    const bool used = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return DeviceMap::covers(k, n); });
+    if (!used && !k.empty()) {
+      bool is_module = true;
+      try {
+        (void)model.get_submodule(k);
+      } catch (const KeyError&) {
+        is_module = false;
+      }
+      if (!is_module) throw ValueError("device map key '" + k + "' names nothing in the model");
+    }
+  }
+}
+
+}  // namespace accel::plan
+
+namespace accel {
+using plan::check_device_map;
+using plan::clean_device_map;
+using plan::DeviceMap;
+}  // namespace accel

@@ -1,0 +1,412 @@
+// infer_auto_device_map: Accelerate 0.34.2's greedy placement (plus 1.2.x's fallback_allocation).
+//
+//   DeviceMap dm = infer_auto_device_map(model, get_max_memory(mm), {.no_split_module_classes = {"LlamaDecoderLayer"}});
+//
+// Entries (root's direct parameters, children, direct buffers) are placed in order on the devices
+// of max_memory (then "disk"); one that does not fit is split into its direct parameters and
+// children unless it is a layer, else the walk moves to the next device for good. The first GPU
+// and cpu keep room for the largest layer not placed yet. A tensor tied to a module not placed yet
+// drags that module along. Differences from Accelerate, on inputs where it crashes: owners of
+// tied parameters are matched by whole path components, and a tied parameter that is already
+// placed is ignored.
+//
+// The model is flattened once (ModelIndex); the loop works on node ids, so it allocates no
+// strings until the result is built.
+#pragma once
+
+#include <algorithm>
+#include <optional>
+#include <iostream>
+#include <ostream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "accel/core/byte_size.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/nn/module.hpp"
+#include "accel/plan/device_map.hpp"
+#include "accel/plan/max_memory.hpp"
+#include "accel/plan/model_index.hpp"
+#include "accel/plan/module_sizes.hpp"
+
+namespace accel::plan {
+
+/// Options of infer_auto_device_map, with Accelerate's defaults.
+struct InferOptions {
+  std::vector<std::string> no_split_module_classes;
+  /// dtype / special_dtypes used to size the weights.
+  SizeOptions sizes;
+  /// Explain each decision on `log` (std::clog when null).
+  bool verbose = false;
+  std::ostream* log = nullptr;
+  /// Group children sharing a device under their parent (clean_device_map).
+  bool clean_result = true;
+  /// Only silences the warning about buffers of offloaded modules fitting no GPU.
+  bool offload_buffers = false;
+  /// When nothing fits on the current device yet, look ahead for one module that fits.
+  bool fallback_allocation = false;
+  /// Opt-in bytes kept free per device (KV cache, activations, workspace); see runtime_reserve.hpp.
+  MaxMemory reserve;
+  /// Where warnings go (none when null).
+  std::ostream* warnings = nullptr;
+};
+
+namespace detail {
+
+class Placer {
+ public:
+  using Id = ModelIndex::Id;
+
+  Placer(const ModelIndex& idx, const LayerScan& scan, const MaxMemory& max_memory, const InferOptions& opts)
+      : idx_(idx), scan_(scan), opts_(opts) {
+    for (const auto& [k, v] : get_max_memory(max_memory)) {
+      if (k.kind == MemoryKey::Kind::mps) throw DeviceError("infer_auto_device_map: the mps device is not supported");
+      ByteSize budget = v;
+      if (const ByteSize* r = find_budget(opts.reserve, k)) budget = *r > budget ? ByteSize{} : budget - *r;
+      devices_.push_back({k, budget, false, {}, {}, {}});
+    }
+    if (devices_.empty() || devices_.back().key.kind != MemoryKey::Kind::disk) devices_.push_back({MemoryKey::disk(), {}, false, {}, {}, {}});
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      const auto kind = devices_[i].key.kind;
+      // The first GPU and cpu keep room for the largest layer (cpu alone when there is no GPU).
+      devices_[i].main = (kind == MemoryKey::Kind::gpu && i == 0) || kind == MemoryKey::Kind::cpu;
+    }
+    find_tied_groups();
+    if (opts.verbose) log_ = opts.log ? opts.log : &std::clog;
+  }
+
+  std::vector<std::pair<Id, Placement>> run() {
+    // Queue as a reversed stack: back() is the front.
+    for (Id i : initial_entries(idx_)) stack_.push_back(i);
+    std::reverse(stack_.begin(), stack_.end());
+    {
+      auto [m, names] = scan_.over(std::vector<Id>(stack_.rbegin(), stack_.rend()));
+      max_layer_ = m;
+      max_names_ = std::move(names);
+    }
+    std::vector<Id> tied_params, tied_modules;
+    while (!stack_.empty()) {
+      const Id cur = stack_.back();
+      stack_.pop_back();
+      if (log_) *log_ << "\nTreating module " << idx_.name(cur) << ".\n";
+      std::erase_if(max_names_, [&](Id n) { return idx_.contains(cur, n); });
+      if (max_names_.empty()) recompute_max_layer();
+      const ByteSize size = idx_.size(cur);
+      tied_outside(cur, tied_params);
+      Device& dev = devices_[current_];
+      const bool bounded = dev.key.kind != MemoryKey::Kind::disk;
+      ByteSize max_size = dev.budget;
+      ByteSize reserved;
+      if (dev.main) {
+        max_size -= max_layer_;
+        reserved = max_layer_;
+      }
+      ByteSize with_ties = size;
+      if (!tied_params.empty()) with_ties = size_with_ties(cur, size, tied_params, tied_modules, stack_);
+      if (bounded && dev.used + size > max_size) {
+        if (log_) {
+          *log_ << "Not enough space on " << dev.key.str() << " to put " << idx_.name(cur) << " (space available "
+                << (max_size - dev.used) << ", module size " << size << ").\n";
+        }
+        if (splittable(cur)) {
+          if (log_) *log_ << "Splitting " << idx_.name(cur) << ".\n";
+          push_front_children(cur, stack_.size());
+          recompute_max_layer();
+          continue;
+        }
+        if (log_) *log_ << "This module cannot be split, going to the next device.\n";
+      } else if (!tied_params.empty()) {
+        if (!bounded || dev.used + with_ties <= max_size) {
+          if (log_) {
+            *log_ << "Putting " << idx_.name(cur) << " and its tied modules";
+            for (Id t : tied_modules) *log_ << " " << idx_.name(t);
+            *log_ << " on " << dev.key.str() << ".\n";
+          }
+          dev.used += with_ties;
+          place(cur);
+          for (Id t : tied_modules) {
+            auto it = std::find(stack_.begin(), stack_.end(), t);
+            if (it != stack_.end()) stack_.erase(it);
+            place(t);
+          }
+          continue;
+        }
+        if (log_) {
+          *log_ << "Not enough space on " << dev.key.str() << " to put " << idx_.name(cur)
+                << " and its tied modules (space available " << (max_size - dev.used) << ", needed size "
+                << with_ties << ").\n";
+        }
+        bool split = false;
+        for (Id t : tied_modules) {
+          if (!splittable(t)) continue;
+          if (log_) *log_ << "Splitting " << idx_.name(t) << ".\n";
+          auto it = std::find(stack_.begin(), stack_.end(), t);
+          const std::size_t pos = static_cast<std::size_t>(it - stack_.begin());
+          stack_.erase(it);
+          push_front_children(t, pos);
+          stack_.push_back(cur);
+          recompute_max_layer();
+          split = true;
+          break;
+        }
+        if (split) continue;
+        if (log_) *log_ << "None of the tied modules can be split, going to the next device.\n";
+      } else {
+        if (log_) {
+          *log_ << "Putting " << idx_.name(cur) << " (size=" << size << ") on " << dev.key.str();
+          if (bounded) *log_ << " (available=" << (max_size - dev.used) << ")";
+          *log_ << ".\n";
+        }
+        dev.used += size;
+        dev.peak = dev.used + reserved;
+        place(cur);
+        continue;
+      }
+      // Nothing of `cur` goes here: maybe one later module does (fallback), else next device.
+      if (opts_.fallback_allocation && dev.used == ByteSize{} && bounded) {
+        const ByteSize limit = dev.budget - std::max(max_layer_, with_ties);
+        if (fallback(cur, limit)) continue;
+      }
+      dev.peak = dev.used + reserved;
+      if (current_ + 1 >= devices_.size()) throw ValueError("infer_auto_device_map: no device left (internal error)");
+      ++current_;
+      stack_.push_back(cur);
+    }
+    warn_about_buffers();
+    return std::move(placed_);
+  }
+
+ private:
+  struct Device {
+    MemoryKey key;
+    ByteSize budget;
+    bool main = false;
+    ByteSize used;
+    ByteSize peak;
+    ByteSize buffers;
+  };
+
+  bool splittable(Id i) const { return idx_.is_module(i) && !idx_.module_children(i).empty() && !scan_.is_layer(i); }
+
+  // Replaces nothing: inserts i's split children so that they come first, in order, at stack
+  // position `pos` (the slot the split entry occupied).
+  void push_front_children(Id i, std::size_t pos) {
+    const auto kids = idx_.split_children(i);
+    stack_.insert(stack_.begin() + static_cast<std::ptrdiff_t>(pos), kids.rbegin(), kids.rend());
+  }
+
+  void recompute_max_layer() {
+    queue_modules_.clear();
+    for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
+      if (idx_.is_module(*it)) queue_modules_.push_back(*it);
+    }
+    auto [m, names] = scan_.over(queue_modules_);
+    max_layer_ = m;
+    max_names_ = std::move(names);
+  }
+
+  void place(Id i) {
+    Device& dev = devices_[current_];
+    const Placement p = dev.key.placement();
+    for (auto& e : placed_) {
+      if (e.first == i) {
+        e.second = p;
+        return;
+      }
+    }
+    placed_.emplace_back(i, p);
+    if (idx_.is_module(i) && !opts_.offload_buffers) dev.buffers += idx_.buffer_size(i);
+  }
+
+  void find_tied_groups() {
+    std::size_t params = 0, counted = 0;
+    for (Id i = 0; i < static_cast<Id>(idx_.node_count()); ++i) {
+      if (idx_.kind(i) != ModelIndex::Kind::parameter) continue;
+      ++params;
+      counted += idx_.counted(i) ? 1 : 0;
+    }
+    if (params == counted) return;  // no cell is reachable twice: no ties
+    std::unordered_map<const nn::Parameter*, std::vector<Id>> by_cell;
+    std::vector<const nn::Parameter*> order;
+    for (Id i = 0; i < static_cast<Id>(idx_.node_count()); ++i) {
+      if (idx_.kind(i) != ModelIndex::Kind::parameter) continue;
+      auto& v = by_cell[idx_.cell(i)];
+      if (v.empty()) order.push_back(idx_.cell(i));
+      v.push_back(i);
+    }
+    for (const auto* c : order) {
+      auto& v = by_cell[c];
+      if (v.size() < 2) continue;
+      std::vector<std::pair<std::string, Id>> named;
+      for (Id i : v) named.emplace_back(idx_.name(i), i);
+      std::sort(named.begin(), named.end());
+      std::vector<Id> g;
+      for (auto& [n, i] : named) g.push_back(i);
+      groups_.push_back(std::move(g));
+    }
+  }
+
+  // Tied parameters outside `cur` whose group has a member inside it.
+  void tied_outside(Id cur, std::vector<Id>& out) const {
+    out.clear();
+    for (const auto& g : groups_) {
+      bool any = false, all = true;
+      for (Id p : g) {
+        const bool in = idx_.contains(cur, p);
+        any = any || in;
+        all = all && in;
+      }
+      if (!any || all) continue;
+      for (Id p : g) {
+        if (!idx_.contains(cur, p)) out.push_back(p);
+      }
+    }
+  }
+
+  // Size of `cur` plus the queue entries owning its tied parameters (minus the parameters
+  // themselves); fills `modules` with those entries (an already placed parameter has none).
+  ByteSize size_with_ties(Id cur, ByteSize size, const std::vector<Id>& tied, std::vector<Id>& modules,
+                          const std::vector<Id>& queue) const {
+    (void)cur;
+    modules.clear();
+    ByteSize total = size;
+    for (Id p : tied) {
+      for (auto it = queue.rbegin(); it != queue.rend(); ++it) {
+        if (idx_.contains(*it, p)) {
+          modules.push_back(*it);
+          total += idx_.size(*it) - idx_.size(p);
+          break;
+        }
+      }
+    }
+    return total;
+  }
+
+  // Accelerate 1.2's fallback_allocate: the first entry (searching depth-first through splits)
+  // that fits `limit`, moved to the front of the queue ahead of `cur`.
+  bool fallback(Id cur, ByteSize limit) {
+    if (limit < ByteSize{}) return false;
+    std::vector<Id> search(stack_.begin(), stack_.end());  // reversed: back() is the front
+    std::vector<Id> tied, mods;
+    std::optional<Id> found;
+    while (!search.empty()) {
+      const Id n = search.back();
+      search.pop_back();
+      tied_outside(n, tied);
+      const ByteSize with_ties = tied.empty() ? idx_.size(n) : size_with_ties(n, idx_.size(n), tied, mods, search);
+      if (with_ties <= limit) {
+        found = n;
+        break;
+      }
+      if (!splittable(n)) continue;
+      const auto kids = idx_.split_children(n);
+      search.insert(search.end(), kids.rbegin(), kids.rend());
+    }
+    if (!found) return false;
+    // Expand the found entry's ancestors that sit in the queue, top-down, then take it out.
+    std::vector<Id> chain;
+    for (Id a = idx_.parent(*found); a >= 0; a = idx_.parent(a)) chain.push_back(a);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      auto pos = std::find(stack_.begin(), stack_.end(), *it);
+      if (pos == stack_.end()) continue;
+      const std::size_t at = static_cast<std::size_t>(pos - stack_.begin());
+      stack_.erase(pos);
+      push_front_children(*it, at);
+    }
+    auto pos = std::find(stack_.begin(), stack_.end(), *found);
+    if (pos == stack_.end()) return false;
+    stack_.erase(pos);
+    if (log_) *log_ << "Fallback: moving " << idx_.name(*found) << " ahead to fill " << devices_[current_].key.str() << ".\n";
+    stack_.push_back(cur);
+    stack_.push_back(*found);
+    return true;
+  }
+
+  void warn_about_buffers() {
+    ByteSize non_gpu;
+    bool any_gpu = false;
+    for (const auto& d : devices_) {
+      if (d.key.kind == MemoryKey::Kind::cpu || d.key.kind == MemoryKey::Kind::disk) non_gpu += d.buffers;
+      if (d.key.is_gpu()) any_gpu = true;
+    }
+    if (opts_.offload_buffers || non_gpu == ByteSize{} || !any_gpu) return;
+    for (const auto& d : devices_) {
+      if (d.key.is_gpu() && d.budget >= non_gpu + std::max(d.peak, d.used)) return;
+    }
+    if (opts_.warnings) {
+      *opts_.warnings << "Current model requires " << non_gpu
+                      << " bytes of buffer for offloaded layers, which seems does not fit any GPU's remaining "
+                         "memory. If you are experiencing a OOM later, please consider using offload_buffers=True.\n";
+    }
+  }
+
+  const ModelIndex& idx_;
+  const LayerScan& scan_;
+  const InferOptions& opts_;
+  std::ostream* log_ = nullptr;
+  std::vector<Device> devices_;
+  std::size_t current_ = 0;
+  std::vector<Id> stack_;
+  std::vector<Id> queue_modules_;
+  ByteSize max_layer_;
+  std::vector<Id> max_names_;
+  std::vector<std::vector<Id>> groups_;
+  std::vector<std::pair<Id, Placement>> placed_;
+};
+
+// clean_device_map on node ids: values strictly below `m` (everything for the root).
+inline void clean_nodes(const ModelIndex& idx, std::vector<std::pair<ModelIndex::Id, Placement>>& dm, ModelIndex::Id m) {
+  auto below = [&](ModelIndex::Id k) { return m == 0 ? true : (k > m && k < idx.end(m)); };
+  std::size_t count = 0;
+  bool uniform = true;
+  Placement value;
+  for (const auto& [k, v] : dm) {
+    if (!below(k)) continue;
+    if (count++ == 0) {
+      value = v;
+    } else if (v != value) {
+      uniform = false;
+    }
+  }
+  if (count > 1 && uniform) {
+    std::erase_if(dm, [&](const auto& e) { return below(e.first); });
+    auto it = std::find_if(dm.begin(), dm.end(), [&](const auto& e) { return e.first == m; });
+    if (it != dm.end()) {
+      it->second = value;
+    } else {
+      dm.emplace_back(m, value);
+    }
+  }
+  std::vector<ModelIndex::Id> children;
+  for (const auto& [k, v] : dm) {
+    if (k == m || !below(k)) continue;
+    ModelIndex::Id c = k;
+    while (idx.parent(c) != m) c = idx.parent(c);
+    if (std::find(children.begin(), children.end(), c) == children.end()) children.push_back(c);
+  }
+  for (auto c : children) clean_nodes(idx, dm, c);
+}
+
+}  // namespace detail
+
+/// Accelerate's infer_auto_device_map on an explicit `max_memory` (see the header comment).
+inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory& max_memory,
+                                       const InferOptions& opts = {}) {
+  const ModelIndex idx(model, opts.sizes);
+  const detail::LayerScan scan(idx, opts.no_split_module_classes);
+  detail::Placer placer(idx, scan, max_memory, opts);
+  auto placed = placer.run();
+  if (opts.clean_result) detail::clean_nodes(idx, placed, 0);
+  DeviceMap dm;
+  for (const auto& [id, p] : placed) dm.append(idx.name(id), p);
+  return dm;
+}
+
+}  // namespace accel::plan
+
+namespace accel {
+using plan::infer_auto_device_map;
+using plan::InferOptions;
+}  // namespace accel

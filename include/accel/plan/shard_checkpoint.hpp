@@ -1,0 +1,121 @@
+// shard_checkpoint: how a state dict splits into checkpoint shards (the plan only; writing the
+// files belongs to the io layer).
+//
+//   auto plan = shard_checkpoint(shard_tensors_of(model), "5GB", "model.safetensors");
+//   plan.shards   [{"model-00001-of-00003.safetensors", {names...}}, ...]
+//   plan.index    nullopt for a single shard, else {total_size, weight_map}
+//
+// Keys are taken in order; a new shard starts when the next tensor would overflow the current
+// one, even an empty one (so a first tensor bigger than the limit leaves an empty first shard).
+// Names sharing a storage join the shard of the first and count once in total_size.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "accel/core/byte_size.hpp"
+#include "accel/core/dtype.hpp"
+#include "accel/core/shape.hpp"
+#include "accel/nn/module.hpp"
+
+namespace accel::plan {
+
+/// One state-dict entry: its name, dtype, shape and the identity of its storage.
+struct ShardTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  const void* storage = nullptr;  ///< equal for names sharing bytes (tied weights)
+};
+
+struct ShardIndex {
+  ByteSize total_size;
+  std::vector<std::pair<std::string, std::string>> weight_map;  ///< tensor -> shard file
+};
+
+struct ShardPlan {
+  std::vector<std::pair<std::string, std::vector<std::string>>> shards;  ///< file -> keys in order
+  std::optional<ShardIndex> index;
+};
+
+/// The state_dict entries of `model` (every name; tied names share a storage identity).
+inline std::vector<ShardTensor> shard_tensors_of(const nn::Module& model) {
+  std::vector<ShardTensor> out;
+  for (const auto& [name, cell] : model.state_dict_cells()) {
+    const Tensor& t = cell->data;
+    const void* id = t.storage() ? static_cast<const void*>(t.storage().get()) : static_cast<const void*>(cell.get());
+    out.push_back({name, t.dtype(), t.shape(), id});
+  }
+  return out;
+}
+
+namespace detail {
+inline std::string replace_all(std::string s, std::string_view from, const std::string& to) {
+  for (std::size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+    s.replace(pos, from.size(), to);
+  }
+  return s;
+}
+}  // namespace detail
+
+/// Splits `tensors` into shards of at most `max_shard_size` bytes (see the header comment).
+inline ShardPlan shard_checkpoint(const std::vector<ShardTensor>& tensors, std::int64_t max_shard_size,
+                                  const std::string& weights_name = "pytorch_model.bin") {
+  const ByteSize limit(convert_file_size_to_int(max_shard_size));
+  std::vector<std::vector<std::string>> blocks(1);
+  std::map<const void*, std::size_t> block_of;
+  ByteSize last, total;
+  for (const auto& t : tensors) {
+    if (t.storage) {
+      if (auto it = block_of.find(t.storage); it != block_of.end()) {
+        blocks[it->second].push_back(t.name);
+        continue;
+      }
+    }
+    const ByteSize size = dtype_byte_size(t.dtype) * t.shape.numel();
+    if (last + size > limit) {
+      blocks.emplace_back();
+      last = ByteSize{};
+    }
+    blocks.back().push_back(t.name);
+    last += size;
+    total += size;
+    if (t.storage) block_of[t.storage] = blocks.size() - 1;
+  }
+  ShardPlan plan;
+  if (blocks.size() == 1) {
+    plan.shards.emplace_back(weights_name, std::move(blocks[0]));
+    return plan;
+  }
+  ShardIndex index;
+  index.total_size = total;
+  const std::size_t n = blocks.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    char tag[32];
+    std::snprintf(tag, sizeof tag, "-%05zu-of-%05zu", i + 1, n);
+    std::string file = detail::replace_all(weights_name, ".bin", std::string(tag) + ".bin");
+    file = detail::replace_all(file, ".safetensors", std::string(tag) + ".safetensors");
+    for (const auto& k : blocks[i]) index.weight_map.emplace_back(k, file);
+    plan.shards.emplace_back(std::move(file), std::move(blocks[i]));
+  }
+  plan.index = std::move(index);
+  return plan;
+}
+
+/// As above with a size string ("10GB", "500MiB").
+inline ShardPlan shard_checkpoint(const std::vector<ShardTensor>& tensors, std::string_view max_shard_size = "10GB",
+                                  const std::string& weights_name = "pytorch_model.bin") {
+  return shard_checkpoint(tensors, convert_file_size_to_int(max_shard_size), weights_name);
+}
+
+}  // namespace accel::plan
+
+namespace accel {
+using plan::shard_checkpoint;
+}  // namespace accel

@@ -1,0 +1,58 @@
+#include <catch2/catch.hpp>
+
+#include "accel/nn/spec.hpp"
+#include "accel/plan/device_map.hpp"
+#include "accel/plan/max_memory.hpp"
+
+using namespace accel;
+using plan::DeviceMap;
+
+TEST_CASE("DeviceMap looks tensors up by the longest dotted prefix", "[plan][device_map]") {
+  DeviceMap dm;
+  dm.set("model", Placement::cpu());
+  dm.set("model.layers.1", Placement::gpu(1));
+  dm.set("model.layers.10", Placement::disk());
+  CHECK(dm.lookup("model.layers.1.mlp.weight") == Placement::gpu(1));
+  CHECK(dm.lookup("model.layers.10.mlp.weight") == Placement::disk());
+  CHECK(dm.lookup("model.layers.2.mlp.weight") == Placement::cpu());
+  CHECK_FALSE(dm.lookup("lm_head.weight").has_value());
+  dm.set("model", Placement::gpu(0));  // updated in place
+  CHECK(dm.entries().front().second == Placement::gpu(0));
+  const auto j = plan::to_ordered_json(dm);
+  CHECK(j.dump() == R"({"model":0,"model.layers.1":1,"model.layers.10":"disk"})");
+  CHECK(plan::device_map_from_json(j) == dm);
+}
+
+TEST_CASE("clean_device_map groups children sharing a device", "[plan][device_map]") {
+  auto from = [](const char* text) { return plan::device_map_from_json(nlohmann::ordered_json::parse(text)); };
+  CHECK(plan::to_ordered_json(clean_device_map(from(R"({"a": 0, "b": 0, "c": 0})"))).dump() == R"({"":0})");
+  CHECK(plan::to_ordered_json(clean_device_map(from(R"({"a.x": 0, "a.y": 0, "b.x": 1, "b.y": 1, "c": 1})"))).dump() ==
+        R"({"c":1,"a":0,"b":1})");
+  CHECK(plan::to_ordered_json(clean_device_map(from(R"({"layer1.a": 0, "layer1.b": 0, "layer10": 1, "layer1": 0})"))).dump() ==
+        R"({"layer10":1,"layer1":0})");
+}
+
+TEST_CASE("check_device_map requires every tensor exactly once", "[plan][device_map]") {
+  auto m = nn::module_from_spec_file(std::string(ACCEL_SHARED_DIR) + "/conformance/accelerate/specs/toy_model_for_test.json");
+  DeviceMap dm;
+  dm.set("linear1", 0);
+  dm.set("batchnorm", Placement::cpu());
+  CHECK_THROWS_AS(check_device_map(*m, dm), ValueError);  // linear2 missing
+  dm.set("linear2", Placement::disk());
+  CHECK_NOTHROW(check_device_map(*m, dm));
+  dm.set("linear2.weight", 0);
+  CHECK_THROWS_AS(check_device_map(*m, dm), ValueError);  // placed twice
+}
+
+TEST_CASE("max_memory keys are ordered and validated as Accelerate does", "[plan][max_memory]") {
+  const auto mm = plan::parse_max_memory("cpu=1GB,disk=2GiB,1=10MB,0=5");
+  REQUIRE(mm.size() == 4);
+  CHECK(mm[0].first == plan::MemoryKey::gpu(0));
+  CHECK(mm[0].second == ByteSize(5));
+  CHECK(mm[1].second == ByteSize(10'000'000));
+  CHECK(mm[2].first == plan::MemoryKey::cpu());
+  CHECK(mm[3].second == ByteSize(2147483648LL));
+  CHECK_THROWS_AS(plan::parse_max_memory("gpu=10"), ValueError);
+  CHECK_THROWS_AS(plan::parse_max_memory("0=1GB,0=2GB"), ValueError);
+  CHECK_THROWS_AS(plan::parse_max_memory("0"), ValueError);
+}

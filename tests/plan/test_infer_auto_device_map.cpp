@@ -1,0 +1,119 @@
+#include <catch2/catch.hpp>
+
+#include <sstream>
+#include <string>
+
+#include "accel/nn/spec.hpp"
+#include "accel/plan/infer_auto_device_map.hpp"
+#include "accel/plan/runtime_reserve.hpp"
+
+using namespace accel;
+using plan::MaxMemory;
+using plan::MemoryKey;
+
+namespace {
+std::shared_ptr<nn::Module> spec(const char* name) {
+  return nn::module_from_spec_file(std::string(ACCEL_SHARED_DIR) + "/conformance/accelerate/specs/" + name + ".json");
+}
+std::string dump(const DeviceMap& dm) { return plan::to_ordered_json(dm).dump(); }
+MaxMemory gpus(std::initializer_list<std::int64_t> budgets) {
+  MaxMemory mm;
+  int i = 0;
+  for (auto b : budgets) mm.emplace_back(MemoryKey::gpu(i++), ByteSize(b));
+  return mm;
+}
+}  // namespace
+
+TEST_CASE("The main devices keep room for the largest layer not placed yet", "[plan][infer]") {
+  auto m = spec("toy_model_for_test");  // linear1 64, batchnorm 72, linear2 100
+  CHECK(dump(infer_auto_device_map(*m, gpus({236}))) == R"({"":0})");
+  CHECK(dump(infer_auto_device_map(*m, gpus({235}))) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
+  CHECK(dump(infer_auto_device_map(*m, gpus({200, 200}))) == R"({"linear1":0,"batchnorm":1,"linear2":1})");
+  // GPU 1 has no reserve: 172 = 72 + 100 exactly.
+  CHECK(dump(infer_auto_device_map(*m, gpus({200, 172, 200}))) == R"({"linear1":0,"batchnorm":1,"linear2":1})");
+  MaxMemory cpu_only{{MemoryKey::cpu(), ByteSize(235)}};
+  CHECK(dump(infer_auto_device_map(*m, cpu_only)) == R"({"linear1":"cpu","batchnorm":"disk","linear2":"disk"})");
+  plan::InferOptions no_clean;
+  no_clean.clean_result = false;
+  CHECK(infer_auto_device_map(*m, gpus({236}), no_clean).size() == 3);
+}
+
+TEST_CASE("A tied parameter drags its module along", "[plan][infer]") {
+  auto gpt2 = spec("gpt2_tiny");
+  plan::InferOptions o;
+  o.no_split_module_classes = {"GPT2Block"};
+  const auto dm = infer_auto_device_map(*gpt2, gpus({205065, 205065}), o);
+  CHECK(dm.entries()[0].first == "transformer.wte");
+  CHECK(dm.entries()[1].first == "lm_head");  // placed right after wte, ahead of its turn
+  CHECK(dm.find("lm_head") == Placement::gpu(0));
+  CHECK(dm.find("transformer.h.3") == Placement::disk());
+}
+
+TEST_CASE("verbose explains the decisions; warnings report buffers that fit no GPU", "[plan][infer]") {
+  auto m = spec("toy_buffers_check");
+  std::ostringstream log, warn;
+  plan::InferOptions o;
+  o.verbose = true;
+  o.log = &log;
+  o.warnings = &warn;
+  MaxMemory mm = gpus({400});
+  mm.emplace_back(MemoryKey::cpu(), ByteSize(1'000'000'000));
+  CHECK(dump(infer_auto_device_map(*m, mm, o)) == R"({"linear1":0,"batchnorm":"cpu","linear2":"cpu"})");
+  CHECK(log.str().find("Treating module batchnorm") != std::string::npos);
+  CHECK(log.str().find("Not enough space on 0") != std::string::npos);
+  CHECK(warn.str().find("offload_buffers") != std::string::npos);
+  std::ostringstream quiet;
+  o.verbose = false;
+  o.offload_buffers = true;
+  o.warnings = &quiet;
+  infer_auto_device_map(*m, mm, o);
+  CHECK(quiet.str().empty());
+}
+
+TEST_CASE("fallback_allocation fills an empty device with a later module", "[plan][infer]") {
+  auto m = spec("toy_fallback");
+  plan::InferOptions o;
+  CHECK(dump(infer_auto_device_map(*m, gpus({256}), o)) == R"({"":"disk"})");
+  o.fallback_allocation = true;
+  CHECK(dump(infer_auto_device_map(*m, gpus({256}), o)) ==
+        R"({"module.linear2":0,"module.linear1":"disk","module.linear3":"disk"})");
+}
+
+TEST_CASE("Where Accelerate crashes on tied names, the port returns a valid map", "[plan][infer]") {
+  // A module "1" and a parameter "11.weight": Accelerate's substring test matches "1" in "11.weight".
+  const auto j = nlohmann::json::parse(R"({"format": "accelerate-oracle-spec/v1",
+    "root": {"name": "", "class": "Seq", "children": [
+      {"name": "1", "class": "Linear", "params": [{"name": "weight", "shape": [10, 10]}]},
+      {"name": "2", "class": "Linear", "params": [{"name": "weight", "shape": [10, 10]}]},
+      {"name": "11", "class": "Linear", "params": [{"name": "weight", "shape": [10, 10]}]}]},
+    "tied": [["2.weight", "11.weight"]]})");
+  auto m = nn::module_from_spec(j);
+  MaxMemory mm = gpus({500, 500});
+  const auto dm = infer_auto_device_map(*m, mm);
+  CHECK_NOTHROW(check_device_map(*m, dm));
+  CHECK(dm.lookup("11.weight") == dm.lookup("2.weight"));
+  // A module registered twice: its second path weighs nothing and need not be placed.
+  const auto k = nlohmann::json::parse(R"({"format": "accelerate-oracle-spec/v1",
+    "root": {"name": "", "class": "Seq", "children": [
+      {"name": "0", "class": "Linear", "params": [{"name": "weight", "shape": [10, 10]}]},
+      {"name": "1", "alias_of": "0"},
+      {"name": "2", "class": "Linear", "params": [{"name": "weight", "shape": [10, 10]}]}]}})");
+  auto seq = nn::module_from_spec(k);
+  const auto dm2 = infer_auto_device_map(*seq, gpus({450, 1000}));
+  CHECK_NOTHROW(check_device_map(*seq, dm2));
+}
+
+TEST_CASE("The runtime reserve shrinks budgets; without it maps are Accelerate's", "[plan][infer][reserve]") {
+  const ByteSize kv = plan::estimate_kv_cache_bytes({80, 8, 128, 8192, 1, DType::bf16});
+  CHECK(kv == ByteSize(2LL * 80 * 8 * 128 * 8192 * 2));
+  CHECK_THROWS_AS(plan::estimate_kv_cache_bytes({-1, 8, 128, 8192, 1, DType::bf16}), ValueError);
+  auto m = spec("toy_model_for_test");
+  plan::InferOptions o;
+  o.reserve = plan::spread_kv_cache_reserve(ByteSize(2), {0});
+  CHECK(o.reserve.size() == 1);
+  // 238 - 2 = 236: everything still fits; 237 - 2 = 235 spills like Accelerate's 235.
+  CHECK(dump(infer_auto_device_map(*m, gpus({238}), o)) == R"({"":0})");
+  CHECK(dump(infer_auto_device_map(*m, gpus({237}), o)) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
+  MaxMemory with_mps{{MemoryKey::mps(), ByteSize(100)}};
+  CHECK_THROWS_AS(infer_auto_device_map(*m, with_mps), DeviceError);
+}

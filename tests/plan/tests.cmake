@@ -1,0 +1,44 @@
+# Planner tests beyond accel_test_plan:
+# - one ctest per Accelerate conformance query file: accel-conformance answers it and
+#   shared/conformance/compare.py judges the answers (the test fails unless every case passes);
+# - the `accel` CLI on small GPT-2 / LLaMA config.json files (tests/data/configs).
+if(TARGET accel-conformance)
+  find_program(ACCEL_PYTHON3 python3 REQUIRED)
+  set(conf_dir ${ACCEL_SHARED_DIR}/conformance)
+  file(GLOB accel_conformance_queries ${conf_dir}/accelerate/queries/*.json)
+  foreach(query IN LISTS accel_conformance_queries)
+    get_filename_component(name ${query} NAME_WE)
+    get_filename_component(query_dir ${query} DIRECTORY)
+    file(READ ${query} query_text)
+    string(JSON spec_rel GET ${query_text} spec)
+    get_filename_component(spec ${query_dir}/${spec_rel} ABSOLUTE)
+    set(answers ${CMAKE_CURRENT_BINARY_DIR}/conformance_answers/${name}.json)
+    add_test(NAME conformance_accelerate_${name}
+             COMMAND bash -c "mkdir -p \"$(dirname '${answers}')\" && '$<TARGET_FILE:accel-conformance>' '${query}' > '${answers}' && '${ACCEL_PYTHON3}' '${conf_dir}/compare.py' '${conf_dir}/accelerate/expected/${name}.json' '${answers}' '${spec}'")
+    set_tests_properties(conformance_accelerate_${name} PROPERTIES
+                         PASS_REGULAR_EXPRESSION " 0 failed" FAIL_REGULAR_EXPRESSION "FAIL ")
+  endforeach()
+endif()
+
+if(TARGET accel_cli)
+  set(cfg ${PROJECT_SOURCE_DIR}/tests/data/configs)
+  add_test(NAME cli_estimate_memory_gpt2
+           COMMAND accel_cli estimate-memory ${cfg}/gpt2_tiny/config.json)
+  set_tests_properties(cli_estimate_memory_gpt2 PROPERTIES
+                       PASS_REGULAR_EXPRESSION "float32.*\\|.*float16.*\\|.*int4")
+  add_test(NAME cli_estimate_memory_llama
+           COMMAND accel_cli estimate-memory ${cfg}/llama_tiny/config.json)
+  set_tests_properties(cli_estimate_memory_llama PROPERTIES
+                       PASS_REGULAR_EXPRESSION "Largest layer.*model.layers.0")
+  add_test(NAME cli_plan_llama_json
+           COMMAND accel_cli plan ${cfg}/llama_tiny/config.json --max-memory 0=1MB,1=1MB,cpu=1GB
+                   --no-split LlamaDecoderLayer --json)
+  set_tests_properties(cli_plan_llama_json PROPERTIES
+                       PASS_REGULAR_EXPRESSION "\"model.embed_tokens\": 0")
+  add_test(NAME cli_plan_gpt2_table
+           COMMAND accel_cli plan ${cfg}/gpt2_tiny/config.json --max-memory 0=150KB,cpu=1GB --dtype float16
+                   --no-split GPT2Block)
+  set_tests_properties(cli_plan_gpt2_table PROPERTIES PASS_REGULAR_EXPRESSION "transformer.wte +\\| 0")
+  add_test(NAME cli_plan_bad_memory COMMAND accel_cli plan ${cfg}/gpt2_tiny/config.json --max-memory gpu=1GB)
+  set_tests_properties(cli_plan_bad_memory PROPERTIES WILL_FAIL TRUE)
+endif()

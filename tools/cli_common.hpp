@@ -1,0 +1,161 @@
+// Shared pieces of the `accel` command line: argument lists, model loading, tables, byte printing.
+//
+//   CliArgs args(argc, argv, 2);  args.positional(0)  args.option("--max-memory")  args.flag("--json")
+//   load_cli_model(path)          model spec JSON, transformers config.json (or a folder holding one),
+//                                 or any extension registered in model_loaders() (safetensors, ...)
+//   print_table(os, headers, rows)
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/errors.hpp"
+#include "accel/nn/hf_models.hpp"
+#include "accel/nn/init.hpp"
+#include "accel/nn/spec.hpp"
+
+namespace accel::cli {
+
+/// argv after the subcommand: positionals, `--name value` options and `--flag` switches.
+class CliArgs {
+ public:
+  /// `flags` lists the switches that take no value.
+  CliArgs(int argc, char** argv, int first, std::vector<std::string> flags = {}) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.rfind("--", 0) == 0) {
+        const auto eq = a.find('=');
+        if (eq != std::string::npos) {
+          options_[a.substr(0, eq)] = a.substr(eq + 1);
+        } else if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
+          options_[a] = "";
+        } else if (i + 1 < argc) {
+          options_[a] = argv[++i];
+        } else {
+          throw ValueError("option " + a + " needs a value");
+        }
+      } else {
+        positional_.push_back(std::move(a));
+      }
+    }
+  }
+  const std::vector<std::string>& positionals() const noexcept { return positional_; }
+  bool flag(const std::string& name) const { return options_.count(name) != 0; }
+  std::optional<std::string> option(const std::string& name) const {
+    auto it = options_.find(name);
+    if (it == options_.end()) return std::nullopt;
+    return it->second;
+  }
+  /// Options not in `known` (so typos are reported instead of ignored).
+  std::vector<std::string> unknown(const std::vector<std::string>& known) const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : options_) {
+      if (std::find(known.begin(), known.end(), k) == known.end()) out.push_back(k);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::string> positional_;
+  std::map<std::string, std::string> options_;
+};
+
+/// Model builders for inputs that are not JSON, by file extension (".safetensors", ".gguf"). The io
+/// layer registers its readers here; they must return a meta model (init_empty_weights is active).
+using ModelLoader = std::function<std::shared_ptr<nn::Module>(const std::filesystem::path&)>;
+inline std::map<std::string, ModelLoader>& model_loaders() {
+  static std::map<std::string, ModelLoader> loaders;
+  return loaders;
+}
+
+/// The meta model described by `path`: a model spec JSON, a transformers config.json (or a folder
+/// holding one), or a file whose extension has a registered loader.
+inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& input, DType dtype = DType::f32) {
+  std::filesystem::path path = input;
+  if (std::filesystem::is_directory(path)) path /= "config.json";
+  auto guard = nn::init_empty_weights(/*include_buffers=*/true);
+  if (auto it = model_loaders().find(path.extension().string()); it != model_loaders().end()) return it->second(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IOError("cannot open '" + path.string() + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path.string() + ": invalid JSON: " + e.what());
+  }
+  if (j.contains("format") && j["format"] == "accelerate-oracle-spec/v1") return nn::module_from_spec(j, path.string());
+  if (j.contains("model_type")) return nn::model_from_hf_config(j, dtype);
+  throw FormatError(path.string() + ": neither a model spec (\"format\") nor a transformers config (\"model_type\")");
+}
+
+/// Accelerate's convert_bytes: "1.5 MB" with 1024 steps and two decimals at most.
+inline std::string human_bytes(double size) {
+  static const char* units[] = {"bytes", "KB", "MB", "GB", "TB"};
+  for (const char* u : units) {
+    if (size < 1024.0) {
+      char buf[64];
+      const double r = std::round(size * 100.0) / 100.0;
+      std::snprintf(buf, sizeof buf, "%g %s", r, u);
+      return buf;
+    }
+    size /= 1024.0;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g PB", std::round(size * 100.0) / 100.0);
+  return buf;
+}
+
+/// A plain ASCII table: | a | b |, columns as wide as their widest cell.
+inline void print_table(std::ostream& os, const std::vector<std::string>& headers,
+                        const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> w(headers.size());
+  for (std::size_t c = 0; c < headers.size(); ++c) w[c] = headers[c].size();
+  for (const auto& r : rows) {
+    for (std::size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
+  }
+  auto rule = [&] {
+    os << '+';
+    for (auto x : w) os << std::string(x + 2, '-') << '+';
+    os << '\n';
+  };
+  auto line = [&](const std::vector<std::string>& r) {
+    os << '|';
+    for (std::size_t c = 0; c < w.size(); ++c) {
+      const std::string cell = c < r.size() ? r[c] : "";
+      os << ' ' << cell << std::string(w[c] - cell.size(), ' ') << " |";
+    }
+    os << '\n';
+  };
+  rule();
+  line(headers);
+  rule();
+  for (const auto& r : rows) line(r);
+  rule();
+}
+
+/// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const auto comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace accel::cli
