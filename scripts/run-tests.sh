@@ -9,7 +9,7 @@ extra=()
 if [[ "${1:-}" == "--sanitize" ]]; then
   export ACCEL_BUILD_DIR=${ACCEL_BUILD_DIR:-$root/build-asan}
   extra=(-DACCEL_SANITIZE=ON -DACCEL_WITH_CUDA=OFF -DACCEL_BUILD_BENCHMARKS=OFF)
-  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi
 build=$("$root/scripts/configure.sh" -DACCEL_BUILD_TESTS=ON "${extra[@]}")
