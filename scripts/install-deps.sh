@@ -3,10 +3,12 @@
 # nothing is downloaded when everything is present). The CUDA toolkit is used when the machine
 # has one (/usr/local/cuda); it is optional.
 set -euo pipefail
+# oneDNN's CMake package looks for OpenCL (its GPU runtime), hence the OpenCL packages.
 packages=(
   cmake ninja-build g++ ccache python3
   libboost1.81-dev nlohmann-json3-dev libxsimd-dev libdnnl-dev
   catch2 libbenchmark-dev libopenmpi-dev openmpi-bin
+  ocl-icd-opencl-dev opencl-c-headers
 )
 if [[ "${ACCEL_FUZZ:-0}" == 1 ]]; then packages+=(clang libclang-rt-14-dev); fi
 missing=()
