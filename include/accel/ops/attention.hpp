@@ -1,0 +1,172 @@
+// scaled_dot_product_attention(q, k, v, is_causal, scale)
+//
+// q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] with Hq a multiple of Hkv (grouped-query
+// attention: query head h reads kv head h / (Hq / Hkv)). The causal mask is aligned to the end,
+// as with a KV cache: query t sees keys s <= S - T + t. A query that sees no key at all (only
+// possible when T > S) gets a zero row rather than torch's NaN. Computed in f32: decode-sized
+// queries (T < 32) one row per work item with vectorized dot products; prefill as blocked
+// oneDNN GEMMs (scores, masked softmax, probabilities x V) per kv head and query block.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "accel/backend/cpu/dnnl_matmul.hpp"
+#include "accel/backend/cpu/kernels.hpp"
+#include "accel/core/parallel.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/ops/cuda_table.hpp"
+#include "accel/ops/op_support.hpp"
+
+namespace accel::ops {
+
+namespace detail {
+
+/// From this many queries on (prefill), attention runs as blocked oneDNN GEMMs.
+inline constexpr std::int64_t sdpa_gemm_min_queries = 32;
+/// Queries per block: the score tile group x block x S stays in L2 for moderate S.
+inline constexpr std::int64_t sdpa_query_block = 64;
+
+struct SdpaArgs {
+  const float *q, *k, *v;  // dense f32 [B, Hq, T, D], [B, Hkv, S, D], [B, Hkv, S, Dv]
+  std::byte* out;          // dense [B, Hq, T, Dv] in `dtype`
+  DType dtype;
+  std::int64_t B, Hq, Hkv, T, S, D, Dv;
+  float scale;
+  bool causal;
+};
+
+/// Prefill attention: per (batch, kv head, query block), one batched GEMM over the group's query
+/// heads for the scores, a masked softmax per row, and one GEMM against V. Work items run on
+/// the CPU threads (oneDNN runs single-threaded inside each).
+inline void sdpa_blocked_gemm(const SdpaArgs& a) {
+  const std::int64_t group = a.Hq / a.Hkv;
+  const std::int64_t nblk = (a.T + sdpa_query_block - 1) / sdpa_query_block;
+  const std::size_t isz = itemsize(a.dtype);
+  parallel_for(static_cast<std::size_t>(a.B * a.Hkv * nblk), 1, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t it = begin; it < end; ++it) {
+      const auto iti = static_cast<std::int64_t>(it);
+      const std::int64_t blk = iti % nblk, bk = iti / nblk, kvh = bk % a.Hkv, b = bk / a.Hkv;
+      const std::int64_t t0 = blk * sdpa_query_block, tq = std::min(sdpa_query_block, a.T - t0);
+      // Keys the last row of the block may see, rounded up (then masked) so that the blocks of
+      // a causal prefill share a few GEMM shapes instead of one each.
+      std::int64_t s_hi = a.causal ? std::clamp<std::int64_t>(a.S - a.T + t0 + tq, 0, a.S) : a.S;
+      s_hi = std::min(a.S, (s_hi + 63) / 64 * 64);
+      const std::int64_t rows = group * tq;
+      float* ctx = scratch_floats(static_cast<std::size_t>(rows * a.Dv), 1);
+      if (s_hi == 0) {
+        std::fill(ctx, ctx + rows * a.Dv, 0.0f);
+      } else {
+        float* scores = scratch_floats(static_cast<std::size_t>(rows * s_hi), 0);
+        backend::cpu::MatmulProblem qk;
+        qk.batch = group, qk.m = tq, qk.k = a.D, qk.n = s_hi;
+        qk.a = {a.T * a.D, a.D, 1};
+        qk.b = {0, 1, a.D};  // K^T read in place
+        backend::cpu::dnnl_matmul(qk, a.q + ((b * a.Hq + kvh * group) * a.T + t0) * a.D,
+                                  a.k + (b * a.Hkv + kvh) * a.S * a.D, scores);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t t = t0 + r % tq;
+          const std::int64_t vis = a.causal ? std::clamp<std::int64_t>(a.S - a.T + t + 1, 0, s_hi) : s_hi;
+          float* row = scores + r * s_hi;
+          backend::cpu::scale_row(row, a.scale, static_cast<std::size_t>(vis));
+          if (vis > 0) backend::cpu::softmax_row(row, row, static_cast<std::size_t>(vis));
+          std::fill(row + vis, row + s_hi, 0.0f);
+        }
+        backend::cpu::MatmulProblem pv;
+        pv.batch = group, pv.m = tq, pv.k = s_hi, pv.n = a.Dv;
+        pv.a = {tq * s_hi, s_hi, 1};
+        pv.b = {0, a.Dv, 1};
+        backend::cpu::dnnl_matmul(pv, scores, a.v + (b * a.Hkv + kvh) * a.S * a.Dv, ctx);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t g = r / tq, t = t0 + r % tq;
+        const std::int64_t orow = (b * a.Hq + kvh * group + g) * a.T + t;
+        store_row(ctx + r * a.Dv, a.dtype, a.out + static_cast<std::size_t>(orow * a.Dv) * isz,
+                  static_cast<std::size_t>(a.Dv));
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+/// Attention softmax(q k^T * scale [+ causal mask]) v over [B, H, T, D] tensors; see the header
+/// comment for grouped heads and the end-aligned causal mask. Default scale: 1 / sqrt(D).
+inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           bool is_causal = true, std::optional<double> scale = std::nullopt) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  detail::check_float(op, "query", q);
+  detail::check_float(op, "key", k);
+  detail::check_float(op, "value", v);
+  detail::check_same_dtype(op, q, k);
+  detail::check_same_dtype(op, q, v);
+  auto shapes = [&] { return "query " + q.shape().str() + ", key " + k.shape().str() + ", value " + v.shape().str(); };
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
+    throw ShapeError(std::string(op) + ": expected 4-d [B, H, T, D] tensors, got " + shapes());
+  }
+  const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
+  const std::int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3);
+  if (k.size(0) != B || v.size(0) != B || v.size(1) != Hkv || v.size(2) != S || k.size(3) != D) {
+    throw ShapeError(std::string(op) + ": mismatched shapes: " + shapes() +
+                     " (expected key [B, Hkv, S, D] and value [B, Hkv, S, Dv])");
+  }
+  if (Hkv == 0 || Hq % Hkv != 0) {
+    throw ShapeError(std::string(op) + ": query heads (" + std::to_string(Hq) +
+                     ") must be a multiple of key/value heads (" + std::to_string(Hkv) + "): " + shapes());
+  }
+  const Shape out_shape{B, Hq, T, Dv};
+  const Device dev = detail::placement_of(op, {&q, &k, &v});
+  if (dev.is_meta()) return Tensor::empty(out_shape, q.dtype(), dev);
+  if (dev.is_cuda()) {
+    return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale);
+  }
+  Tensor out = Tensor::empty(out_shape, q.dtype());
+  if (out.numel() == 0) return out;
+  const Tensor qf = detail::contiguous_f32(q), kf = detail::contiguous_f32(k), vf = detail::contiguous_f32(v);
+  const float* qp = qf.data_ptr<float>();
+  const float* kp = kf.data_ptr<float>();
+  const float* vp = vf.data_ptr<float>();
+  const auto sc = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
+  const std::int64_t group = Hq / Hkv;
+  const DType dt = q.dtype();
+  auto* dst = static_cast<std::byte*>(out.data_ptr());
+  const std::size_t isz = out.element_size();
+  if (T >= detail::sdpa_gemm_min_queries) {
+    detail::sdpa_blocked_gemm({qp, kp, vp, dst, dt, B, Hq, Hkv, T, S, D, Dv, sc, is_causal});
+    return out;
+  }
+  const auto rows = static_cast<std::size_t>(B * Hq * T);
+  const std::size_t grain = std::max<std::size_t>(1, (std::size_t{1} << 16) / static_cast<std::size_t>(std::max<std::int64_t>(S * (D + Dv), 1)));
+  parallel_for(rows, grain, [&](std::size_t begin, std::size_t end) {
+    float* scores = detail::scratch_floats(static_cast<std::size_t>(std::max<std::int64_t>(S, 1)), 0);
+    float* acc = detail::scratch_floats(static_cast<std::size_t>(Dv), 1);
+    for (std::size_t r = begin; r < end; ++r) {
+      const auto ri = static_cast<std::int64_t>(r);
+      const std::int64_t t = ri % T, bh = ri / T, h = bh % Hq, b = bh / Hq;
+      const std::int64_t kvh = b * Hkv + h / group;
+      const float* qrow = qp + ri * D;
+      const float* kbase = kp + kvh * S * D;
+      const float* vbase = vp + kvh * S * Dv;
+      const std::int64_t visible = is_causal ? std::clamp<std::int64_t>(S - T + t + 1, 0, S) : S;
+      std::fill(acc, acc + Dv, 0.0f);
+      if (visible > 0) {
+        const auto nv = static_cast<std::size_t>(visible);
+        for (std::size_t s = 0; s < nv; ++s) {
+          scores[s] = backend::cpu::dot(qrow, kbase + static_cast<std::int64_t>(s) * D, static_cast<std::size_t>(D)) * sc;
+        }
+        backend::cpu::softmax_row(scores, scores, nv);
+        for (std::size_t s = 0; s < nv; ++s) {
+          backend::cpu::axpy(scores[s], vbase + static_cast<std::int64_t>(s) * Dv, acc, static_cast<std::size_t>(Dv));
+        }
+      }
+      detail::store_row(acc, dt, dst + r * static_cast<std::size_t>(Dv) * isz, static_cast<std::size_t>(Dv));
+    }
+  });
+  return out;
+}
+
+}  // namespace accel::ops

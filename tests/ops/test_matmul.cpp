@@ -1,0 +1,237 @@
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "accel/backend/cpu/dnnl_matmul.hpp"
+#include "accel/ops/matmul.hpp"
+#include "test_util.hpp"
+
+using accel::DType;
+using accel::Shape;
+using accel::Tensor;
+using accel::test::random_tensor;
+using accel::test::require_close;
+using accel::test::values;
+namespace ops = accel::ops;
+
+namespace {
+
+// c[b] = a[b] x b[b] on row-major double copies; batch strides of 0 broadcast.
+std::vector<double> ref_matmul(const std::vector<double>& a, const std::vector<double>& b, std::int64_t batch,
+                               std::int64_t m, std::int64_t k, std::int64_t n, bool a_shared = false,
+                               bool b_shared = false) {
+  std::vector<double> c(static_cast<std::size_t>(batch * m * n), 0.0);
+  for (std::int64_t p = 0; p < batch; ++p) {
+    const std::int64_t ao = a_shared ? 0 : p * m * k, bo = b_shared ? 0 : p * k * n;
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::int64_t q = 0; q < k; ++q) s += a[ao + i * k + q] * b[bo + q * n + j];
+        c[p * m * n + i * n + j] = s;
+      }
+    }
+  }
+  return c;
+}
+
+std::vector<double> transpose_values(const std::vector<double>& w, std::int64_t rows, std::int64_t cols) {
+  std::vector<double> t(w.size());
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) t[j * rows + i] = w[i * cols + j];
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("matmul 2-d f32 matches a double reference", "[ops][matmul]") {
+  const Tensor a = random_tensor({7, 13}, 1), b = random_tensor({13, 5}, 2);
+  const Tensor c = ops::matmul(a, b);
+  REQUIRE(c.shape() == Shape{7, 5});
+  REQUIRE(c.dtype() == DType::f32);
+  require_close(c, ref_matmul(values(a), values(b), 1, 7, 13, 5), 1e-5, 1e-5);
+}
+
+TEST_CASE("matmul reads transposed, sliced and strided operands", "[ops][matmul]") {
+  const Tensor at = random_tensor({13, 7}, 3).t();          // [7, 13], column-major
+  const Tensor bt = random_tensor({5, 13}, 4).t();          // [13, 5], column-major
+  require_close(ops::matmul(at, bt), ref_matmul(values(at), values(bt), 1, 7, 13, 5), 1e-5, 1e-5);
+  const Tensor wide = random_tensor({7, 20}, 5);
+  const Tensor a_slice = wide.narrow(1, 3, 13);             // row stride 20
+  const Tensor b = random_tensor({13, 5}, 6);
+  require_close(ops::matmul(a_slice, b), ref_matmul(values(a_slice), values(b), 1, 7, 13, 5), 1e-5, 1e-5);
+  // Column stride 2: no unit stride, so it is copied first; the answer must not change.
+  const Tensor every_other = random_tensor({7, 26}, 7).view(Shape{7, 13, 2}).select(2, 0);
+  require_close(ops::matmul(every_other, b), ref_matmul(values(every_other), values(b), 1, 7, 13, 5), 1e-5, 1e-5);
+  // A broadcast (stride 0) operand.
+  const Tensor row = random_tensor({1, 13}, 8).expand(Shape{7, 13});
+  require_close(ops::matmul(row, b), ref_matmul(values(row), values(b), 1, 7, 13, 5), 1e-5, 1e-5);
+}
+
+TEST_CASE("matmul batched, broadcast batch dims and [...,M,K]x[K,N]", "[ops][matmul]") {
+  SECTION("[B,M,K] x [B,K,N]") {
+    const Tensor a = random_tensor({3, 4, 6}, 10), b = random_tensor({3, 6, 5}, 11);
+    const Tensor c = ops::matmul(a, b);
+    REQUIRE(c.shape() == Shape{3, 4, 5});
+    require_close(c, ref_matmul(values(a), values(b), 3, 4, 6, 5), 1e-5, 1e-5);
+  }
+  SECTION("[...,M,K] x [K,N] folds the leading dims into M") {
+    const Tensor a = random_tensor({2, 3, 4, 6}, 12), b = random_tensor({6, 5}, 13);
+    const Tensor c = ops::matmul(a, b);
+    REQUIRE(c.shape() == Shape{2, 3, 4, 5});
+    require_close(c, ref_matmul(values(a), values(b), 1, 24, 6, 5), 1e-5, 1e-5);
+  }
+  SECTION("[M,K] shared by [B,K,N]") {
+    const Tensor a = random_tensor({4, 6}, 14), b = random_tensor({3, 6, 5}, 15);
+    const Tensor c = ops::matmul(a, b);
+    REQUIRE(c.shape() == Shape{3, 4, 5});
+    require_close(c, ref_matmul(values(a), values(b), 3, 4, 6, 5, /*a_shared=*/true), 1e-5, 1e-5);
+  }
+  SECTION("batch dims broadcast both ways: [2,1,M,K] x [3,K,N]") {
+    const Tensor a = random_tensor({2, 1, 4, 6}, 16), b = random_tensor({3, 6, 5}, 17);
+    const Tensor c = ops::matmul(a, b);
+    REQUIRE(c.shape() == Shape{2, 3, 4, 5});
+    const auto av = values(a), bv = values(b), cv = values(c);
+    for (std::int64_t i = 0; i < 2; ++i) {
+      for (std::int64_t j = 0; j < 3; ++j) {
+        const std::vector<double> ai(av.begin() + i * 24, av.begin() + (i + 1) * 24);
+        const std::vector<double> bj(bv.begin() + j * 30, bv.begin() + (j + 1) * 30);
+        const auto want = ref_matmul(ai, bj, 1, 4, 6, 5);
+        const std::vector<double> got(cv.begin() + (i * 3 + j) * 20, cv.begin() + (i * 3 + j + 1) * 20);
+        require_close(got, want, 1e-5, 1e-5);
+      }
+    }
+  }
+  SECTION("non-contiguous batched operands (attention-style transposes)") {
+    const Tensor q = random_tensor({2, 5, 3, 8}, 18).transpose(1, 2);  // [2,3,5,8]
+    const Tensor k = random_tensor({2, 5, 3, 8}, 19).permute({0, 2, 3, 1});  // [2,3,8,5]
+    const Tensor c = ops::matmul(q, k);
+    REQUIRE(c.shape() == Shape{2, 3, 5, 5});
+    require_close(c, ref_matmul(values(q), values(k), 6, 5, 8, 5), 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("matmul in f16 and bf16 computes in f32 and returns the input dtype", "[ops][matmul]") {
+  for (DType dt : {DType::f16, DType::bf16}) {
+    const Tensor a = random_tensor({9, 33}, 20, dt), b = random_tensor({33, 4}, 21, dt);
+    const Tensor c = ops::matmul(a, b);
+    REQUIRE(c.dtype() == dt);
+    // Inputs are exact in both paths; only the output rounding differs.
+    require_close(c, ref_matmul(values(a), values(b), 1, 9, 33, 4), 1e-4, 2 * accel::test::dtype_eps(dt));
+  }
+}
+
+TEST_CASE("matmul edge sizes and errors", "[ops][matmul]") {
+  REQUIRE(ops::matmul(Tensor::ones({3, 0}), Tensor::ones({0, 4})).to_vector<float>() == std::vector<float>(12, 0.0f));
+  REQUIRE(ops::matmul(Tensor::ones({0, 3}), Tensor::ones({3, 4})).shape() == Shape{0, 4});
+  REQUIRE_THROWS_AS(ops::matmul(Tensor::ones({2, 3}), Tensor::ones({4, 5})), accel::ShapeError);
+  REQUIRE_THROWS_AS(ops::matmul(Tensor::ones({3}), Tensor::ones({3, 5})), accel::ShapeError);
+  REQUIRE_THROWS_AS(ops::matmul(Tensor::ones({2, 3, 4}), Tensor::ones({5, 4, 2})), accel::ShapeError);
+  REQUIRE_THROWS_AS(ops::matmul(Tensor::ones({2, 3}), Tensor::ones({3, 5}, DType::f16)), accel::DTypeError);
+  REQUIRE_THROWS_AS(ops::matmul(Tensor::ones({2, 3}, DType::i32), Tensor::ones({3, 5}, DType::i32)),
+                    accel::DTypeError);
+  REQUIRE_THROWS_AS(ops::matmul(Tensor(), Tensor::ones({3, 5})), accel::ValueError);
+  try {
+    ops::matmul(Tensor::ones({2, 3}), Tensor::ones({4, 5}));
+  } catch (const accel::ShapeError& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains("matmul") && Catch::Contains("[2, 3]") && Catch::Contains("[4, 5]"));
+  }
+}
+
+TEST_CASE("matmul and linear on meta give meta results of the right shape", "[ops][matmul]") {
+  const Tensor a = Tensor::empty({2, 7, 16}, DType::bf16, accel::Device::meta());
+  const Tensor w = Tensor::empty({32, 16}, DType::bf16, accel::Device::meta());
+  const Tensor y = ops::linear(a, w);
+  REQUIRE(y.is_meta());
+  REQUIRE(y.shape() == Shape{2, 7, 32});
+  REQUIRE(y.dtype() == DType::bf16);
+  const Tensor c = ops::matmul(a, w.t());
+  REQUIRE(c.is_meta());
+  REQUIRE(c.shape() == Shape{2, 7, 32});
+  const Tensor i = ops::matmul_u8s8(Tensor::empty({3, 4}, DType::u8, accel::Device::meta()),
+                                    Tensor::empty({4, 5}, DType::i8, accel::Device::meta()));
+  REQUIRE((i.is_meta() && i.dtype() == DType::i32 && i.shape() == Shape{3, 5}));
+}
+
+TEST_CASE("linear = x W^T + b, weight read through a transposed view", "[ops][matmul][linear]") {
+  const Tensor x = random_tensor({2, 3, 10}, 30), w = random_tensor({6, 10}, 31), b = random_tensor({6}, 32);
+  const auto wt = transpose_values(values(w), 6, 10);
+  auto want = ref_matmul(values(x), wt, 1, 6, 10, 6);
+  const Tensor plain = ops::linear(x, w);
+  REQUIRE(plain.shape() == Shape{2, 3, 6});
+  require_close(plain, want, 1e-5, 1e-5);
+  const auto bv = values(b);
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] += bv[i % 6];
+  require_close(ops::linear(x, w, b), want, 1e-5, 1e-5);
+  // A weight that is itself a transposed view, and a 1-d input (GEMV).
+  const Tensor w_view = random_tensor({10, 6}, 33).t();
+  const Tensor x1 = random_tensor({10}, 34);
+  const Tensor y1 = ops::linear(x1, w_view, b);
+  REQUIRE(y1.shape() == Shape{6});
+  auto want1 = ref_matmul(values(x1), transpose_values(values(w_view), 6, 10), 1, 1, 10, 6);
+  for (std::size_t i = 0; i < want1.size(); ++i) want1[i] += bv[i];
+  require_close(y1, want1, 1e-5, 1e-5);
+}
+
+TEST_CASE("linear with few rows (the decode GEMV path) matches the GEMM path", "[ops][matmul][linear]") {
+  const Tensor w = random_tensor({50, 300}, 35), b = random_tensor({50}, 36);
+  const auto wt = transpose_values(values(w), 50, 300);
+  for (std::int64_t m : {1, 3, 4, 5}) {
+    const Tensor x = random_tensor({m, 300}, 37);
+    auto want = ref_matmul(values(x), wt, 1, m, 300, 50);
+    const auto bv = values(b);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] += bv[i % 50];
+    require_close(ops::linear(x, w, b), want, 1e-5, 1e-5);
+    // Rows of a wider weight (row stride 310) are read in place as well.
+    const Tensor wide = random_tensor({50, 310}, 38).narrow(1, 5, 300);
+    auto want_wide = ref_matmul(values(x), transpose_values(values(wide), 50, 300), 1, m, 300, 50);
+    require_close(ops::linear(x, wide), want_wide, 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("linear in f16 / bf16 and its errors", "[ops][matmul][linear]") {
+  for (DType dt : {DType::f16, DType::bf16})
+  for (std::int64_t m : {2, 9}) {
+    const Tensor x = random_tensor({m, 24}, 40, dt), w = random_tensor({8, 24}, 41, dt), b = random_tensor({8}, 42, dt);
+    const Tensor y = ops::linear(x, w, b);
+    REQUIRE(y.dtype() == dt);
+    auto want = ref_matmul(values(x), transpose_values(values(w), 8, 24), 1, x.size(0), 24, 8);
+    const auto bv = values(b);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] += bv[i % 8];
+    require_close(y, want, 1e-3, 2 * accel::test::dtype_eps(dt));
+  }
+  REQUIRE_THROWS_AS(ops::linear(Tensor::ones({2, 5}), Tensor::ones({3, 4})), accel::ShapeError);
+  REQUIRE_THROWS_AS(ops::linear(Tensor::ones({2, 4}), Tensor::ones({3, 4}), Tensor::ones({4})), accel::ShapeError);
+  REQUIRE_THROWS_AS(ops::linear(Tensor::ones({2, 4}), Tensor::ones({3, 4}, DType::bf16)), accel::DTypeError);
+}
+
+TEST_CASE("matmul_u8s8 is exact int32 accumulation", "[ops][matmul][int8]") {
+  const std::int64_t M = 5, K = 37, N = 9;
+  std::vector<std::uint8_t> av(static_cast<std::size_t>(M * K));
+  std::vector<std::int8_t> bv(static_cast<std::size_t>(K * N));
+  for (std::size_t i = 0; i < av.size(); ++i) av[i] = static_cast<std::uint8_t>((i * 37 + 11) % 256);
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<std::int8_t>(static_cast<int>((i * 53 + 7) % 256) - 128);
+  const Tensor a = Tensor::from_vector(av, Shape{M, K}), b = Tensor::from_vector(bv, Shape{K, N});
+  const Tensor c = ops::matmul_u8s8(a, b);
+  REQUIRE(c.dtype() == DType::i32);
+  const auto cv = c.to_vector<std::int32_t>();
+  for (std::int64_t i = 0; i < M; ++i) {
+    for (std::int64_t j = 0; j < N; ++j) {
+      std::int64_t s = 0;
+      for (std::int64_t q = 0; q < K; ++q) s += std::int64_t(av[i * K + q]) * bv[q * N + j];
+      REQUIRE(cv[static_cast<std::size_t>(i * N + j)] == s);
+    }
+  }
+  REQUIRE_THROWS_AS(ops::matmul_u8s8(b, b), accel::DTypeError);
+  REQUIRE_THROWS_AS(ops::matmul_u8s8(a, Tensor::zeros({K + 1, N}, DType::i8)), accel::ShapeError);
+}
+
+TEST_CASE("matmul primitives are cached by shape", "[ops][matmul]") {
+  const Tensor a = random_tensor({3, 11}, 50), b = random_tensor({11, 2}, 51);
+  ops::matmul(a, b);
+  const std::size_t n = accel::backend::cpu::dnnl_matmul_cache_size();
+  for (int i = 0; i < 3; ++i) ops::matmul(a, b);
+  REQUIRE(accel::backend::cpu::dnnl_matmul_cache_size() == n);
+  ops::matmul(random_tensor({4, 11}, 52), b);
+  REQUIRE(accel::backend::cpu::dnnl_matmul_cache_size() == n + 1);
+}
