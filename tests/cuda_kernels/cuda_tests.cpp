@@ -1,0 +1,449 @@
+// Tests of the CUDA backend: runtime, allocator, copies, streams, conversion kernels and every
+// CUDA op against the CPU ops (accel::ops with cpu tensors). GPU cases skip with a WARN where no
+// GPU is visible; the codec, indexing and registration cases run everywhere. The kernels are
+// compiled by nvcc in test_cuda.cu (see cuda_side.hpp for why these cases are g++ code).
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "accel/backend/cuda/runtime.hpp"
+#include "accel/core/convert.hpp"
+#include "accel/core/memory_stats.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/ops/ops.hpp"
+#include "cuda_side.hpp"
+
+using accel::Device;
+using accel::DType;
+using accel::Shape;
+using accel::Tensor;
+namespace cuda = accel::cuda;
+namespace api = accel::ops;  // dispatches on the tensors' device: CPU reference or CUDA kernels
+namespace side = accel_test::cuda_side;
+
+namespace {
+
+#define ACCEL_REQUIRE_GPU()                                \
+  do {                                                     \
+    if (accel::cuda_device_count() == 0) {                 \
+      WARN("SKIPPED: no CUDA GPU on this machine");        \
+      return;                                              \
+    }                                                      \
+  } while (0)
+
+const Device gpu = Device::cuda(0);
+
+constexpr DType all_dtypes[] = {DType::f64, DType::f32,  DType::f16, DType::bf16, DType::f8_e4m3fn, DType::f8_e5m2,
+                                DType::i64, DType::i32,  DType::i16, DType::i8,   DType::u8,        DType::boolean};
+constexpr DType float_dtypes[] = {DType::f64, DType::f32, DType::f16, DType::bf16, DType::f8_e4m3fn, DType::f8_e5m2};
+
+/// A cpu tensor of `shape` whose bytes are random (bools restricted to 0 / 1).
+Tensor random_bytes(const Shape& shape, DType dtype, unsigned seed) {
+  Tensor t = Tensor::empty(shape, dtype);
+  std::mt19937 rng(seed);
+  auto* p = static_cast<unsigned char*>(t.data_ptr());
+  for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(rng() & 0xffu);
+  if (dtype == DType::boolean) {
+    for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] &= 1u;
+  }
+  return t;
+}
+
+/// A cpu tensor of uniform values in [lo, hi], stored as `dtype`.
+Tensor uniform(const Shape& shape, DType dtype, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(shape.numel()));
+  for (auto& x : v) x = dist(rng);
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = a.to(Device::cpu()).contiguous(), hb = b.to(Device::cpu()).contiguous();
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data_ptr(), hb.data_ptr(), ha.nbytes()) == 0;
+}
+
+/// Largest |a - b| over all elements (as f64); NaN in exactly one of them counts as infinite.
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double m = 0.0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) || std::isnan(vb[i])) {
+      if (std::isnan(va[i]) != std::isnan(vb[i])) return INFINITY;
+      continue;
+    }
+    m = std::max(m, std::abs(va[i] - vb[i]));
+  }
+  return m;
+}
+
+double tolerance(DType d) { return d == DType::f32 ? 2e-4 : d == DType::f16 ? 1e-2 : 6e-2; }
+
+/// Compares a CUDA op's result with the CPU op's: same shape and dtype, values within `tol`.
+void require_close(const Tensor& gpu_result, const Tensor& cpu_result, double tol) {
+  REQUIRE(gpu_result.is_cuda());
+  REQUIRE(gpu_result.dtype() == cpu_result.dtype());
+  REQUIRE(gpu_result.shape() == cpu_result.shape());
+  CHECK(max_abs_diff(gpu_result, cpu_result) <= tol);
+}
+
+/// Bitwise comparison of the device and host conversions of `src` (cpu) into `to`.
+void require_conversion_matches(const Tensor& src, DType to) {
+  const Tensor on_gpu = src.to(gpu).to(to).to(Device::cpu());
+  Tensor expected = Tensor::empty(src.shape(), to);
+  accel::convert_elements(src.dtype(), src.data_ptr(), to, expected.data_ptr(), static_cast<std::size_t>(src.numel()));
+  const auto n = static_cast<std::size_t>(src.numel());
+  const std::size_t isz = accel::itemsize(to);
+  const auto* a = static_cast<const unsigned char*>(on_gpu.data_ptr());
+  const auto* b = static_cast<const unsigned char*>(expected.data_ptr());
+  std::size_t mismatches = 0, nan_payload_only = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::memcmp(a + i * isz, b + i * isz, isz) == 0) continue;
+    const double x = on_gpu.flatten().at<double>({static_cast<std::int64_t>(i)});
+    const double y = expected.flatten().at<double>({static_cast<std::int64_t>(i)});
+    if (std::isnan(x) && std::isnan(y)) {
+      ++nan_payload_only;
+    } else {
+      ++mismatches;
+    }
+  }
+  INFO("conversion " << src.dtype() << " -> " << to << " over " << n << " values");
+  if (nan_payload_only) WARN(nan_payload_only << " NaNs differ only in payload bits");
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+// ---- everywhere -----------------------------------------------------------------------------
+
+TEST_CASE("cuda: backend, kernels and ops register at start-up", "[cuda]") {
+  REQUIRE(accel::device_backend_slot(accel::DeviceType::cuda) == &cuda::backend());
+  CHECK(side::kernels_and_ops_registered());
+  CHECK(cuda::device_count() == accel::cuda_device_count());
+  if (cuda::device_count() == 0) {
+    CHECK_FALSE(accel::cuda_is_available());
+    CHECK_THROWS_AS(Tensor::empty(Shape{4}, DType::f32, gpu), accel::DeviceError);
+    CHECK_THROWS_AS(cuda::device_properties(0), accel::DeviceError);
+    CHECK_THROWS_AS(cuda::mem_get_info(0), accel::DeviceError);
+    CHECK_THROWS_AS(cuda::Stream(0), accel::DeviceError);
+    // Pinned storage falls back to ordinary host memory.
+    CHECK(accel::Storage::allocate_pinned(64).nbytes() == 64);
+  }
+}
+
+TEST_CASE("cuda: the device codecs equal core/float_types.hpp on every pattern", "[cuda]") {
+  const std::string report = side::codec_disagreements();
+  INFO(report);
+  CHECK(report.empty());
+}
+
+TEST_CASE("cuda: kernel indexing helpers address the right elements", "[cuda]") {
+  const std::string report = side::indexing_disagreements();
+  INFO(report);
+  CHECK(report.empty());
+}
+
+// ---- with a GPU -----------------------------------------------------------------------------
+
+TEST_CASE("cuda: device queries", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  const auto props = cuda::device_properties(0);
+  CHECK_FALSE(props.name.empty());
+  CHECK(props.total_memory > 0);
+  CHECK(props.multiprocessor_count > 0);
+  CHECK(props.major >= 7);
+  const auto mem = cuda::mem_get_info(0);
+  CHECK(mem.total_bytes > 0);
+  CHECK(mem.free_bytes <= mem.total_bytes);
+  CHECK_THROWS_AS(cuda::device_properties(cuda::device_count()), accel::DeviceError);
+  cuda::synchronize(0);
+}
+
+TEST_CASE("cuda: allocator counters are exact and budgets throw OutOfMemoryError", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  const auto before = accel::memory_stats(gpu);
+  accel::reset_peak_memory_stats(gpu);
+  {
+    Tensor a = Tensor::empty(Shape{1000}, DType::f32, gpu);
+    Tensor b = Tensor::empty(Shape{3, 7}, DType::f16, gpu);
+    const auto during = accel::memory_stats(gpu);
+    CHECK(during.allocated_bytes == before.allocated_bytes + 4000 + 42);
+    CHECK(during.peak_allocated_bytes == before.allocated_bytes + 4042);
+    CHECK(during.num_allocs == before.num_allocs + 2);
+  }
+  const auto after = accel::memory_stats(gpu);
+  CHECK(after.allocated_bytes == before.allocated_bytes);
+  CHECK(after.peak_allocated_bytes == before.allocated_bytes + 4042);
+  CHECK(after.num_frees == before.num_frees + 2);
+  {
+    accel::ScopedMemoryLimit limit(gpu, before.allocated_bytes + 4096);
+    Tensor ok = Tensor::empty(Shape{1024}, DType::f32, gpu);
+    try {
+      (void)Tensor::empty(Shape{1}, DType::f32, gpu);
+      FAIL("expected OutOfMemoryError");
+    } catch (const accel::OutOfMemoryError& e) {
+      CHECK(e.device() == "cuda:0");
+      CHECK(e.requested_bytes() == 4);
+    }
+  }
+  // More than any GPU has: cudaMalloc itself fails, and the counter is given back.
+  CHECK_THROWS_AS(Tensor::empty(Shape{std::int64_t{1} << 50}, DType::u8, gpu), accel::OutOfMemoryError);
+  CHECK(accel::memory_stats(gpu).allocated_bytes == before.allocated_bytes);
+}
+
+TEST_CASE("cuda: H2D, D2H and D2D copies are bit-exact for every dtype", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  unsigned seed = 1;
+  for (DType d : all_dtypes) {
+    INFO("dtype " << d);
+    const Tensor host = random_bytes(Shape{3, 1001}, d, seed++);
+    const Tensor dev = host.to(gpu);
+    REQUIRE(dev.is_cuda());
+    CHECK(same_bytes(dev, host));
+    const Tensor dev2 = dev.clone();  // D2D
+    CHECK(dev2.data_ptr() != dev.data_ptr());
+    CHECK(same_bytes(dev2, host));
+    // A strided device view copies through the strided-copy kernel and through the core.
+    CHECK(same_bytes(side::contiguous_on_device(dev.t()), host.t().contiguous()));
+    CHECK(same_bytes(dev.t().contiguous(), host.t().contiguous()));
+    if (cuda::device_count() > 1) CHECK(same_bytes(dev.to(Device::cuda(1)), host));
+  }
+}
+
+TEST_CASE("cuda: fill_ on device, every dtype", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  for (DType d : all_dtypes) {
+    INFO("dtype " << d);
+    for (double v : {0.0, 1.0, -2.5}) {
+      Tensor t = Tensor::full(Shape{517}, v, d, gpu);
+      CHECK(same_bytes(t, Tensor::full(Shape{517}, v, d)));
+    }
+  }
+}
+
+TEST_CASE("cuda: non-blocking copies on streams, ordered with events", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  const Tensor src = uniform(Shape{1 << 20}, DType::f32, 3);
+  Tensor pinned = Tensor::from_storage(accel::Storage::allocate_pinned(src.nbytes()), DType::f32, src.shape());
+  pinned.copy_(src);
+  Tensor back = Tensor::from_storage(accel::Storage::allocate_pinned(src.nbytes()), DType::f32, src.shape());
+  cuda::Stream stream(0, /*non_blocking=*/true);
+  cuda::Event start(true), stop(true);
+  {
+    cuda::StreamGuard guard(stream);
+    CHECK(cuda::current_stream(0) == stream.handle());
+    start.record(0);
+    Tensor dev = pinned.to(gpu, std::nullopt, /*non_blocking=*/true);
+    Tensor doubled = api::add(dev, dev);
+    back.copy_(doubled, /*non_blocking=*/true);
+    stop.record(stream);
+    stop.synchronize();
+    CHECK(stop.query());
+    CHECK(stream.query());
+    CHECK(start.elapsed_ms(stop) >= 0.0f);
+  }
+  CHECK(cuda::current_stream(0) == nullptr);
+  const float* b = back.data_ptr<float>();
+  const float* s = src.data_ptr<float>();
+  bool all = true;
+  for (std::int64_t i = 0; i < src.numel(); ++i) all = all && b[i] == s[i] + s[i];
+  CHECK(all);
+  const auto range = cuda::Stream::priority_range(0);
+  cuda::Stream high(0, true, range.second);
+  high.synchronize();
+}
+
+TEST_CASE("cuda: pinned allocation is page-locked and counted", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  const auto before = accel::pinned_memory_stats();
+  {
+    accel::Storage s = accel::Storage::allocate_pinned(1 << 16);
+    CHECK(s.kind() == accel::MemoryKind::pinned);
+    cudaPointerAttributes attr{};
+    REQUIRE(cudaPointerGetAttributes(&attr, s.data()) == cudaSuccess);
+    CHECK(attr.type == cudaMemoryTypeHost);
+    CHECK(accel::pinned_memory_stats().allocated_bytes == before.allocated_bytes + (1 << 16));
+  }
+  CHECK(accel::pinned_memory_stats().allocated_bytes == before.allocated_bytes);
+}
+
+TEST_CASE("cuda: conversions on device are bit-exact with the host's", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  Tensor all16 = Tensor::empty(Shape{65536}, DType::i32);
+  for (std::int32_t i = 0; i < 65536; ++i) all16.data_ptr<std::int32_t>()[i] = i;
+  std::vector<std::uint16_t> p16(65536);
+  for (std::size_t i = 0; i < p16.size(); ++i) p16[i] = static_cast<std::uint16_t>(i);
+  std::vector<std::uint8_t> p8(256);
+  for (std::size_t i = 0; i < p8.size(); ++i) p8[i] = static_cast<std::uint8_t>(i);
+  const Tensor f16 = Tensor::from_vector(std::vector<std::int16_t>(p16.begin(), p16.end())).view_as(DType::f16);
+  const Tensor bf16 = Tensor::from_vector(std::vector<std::int16_t>(p16.begin(), p16.end())).view_as(DType::bf16);
+  const Tensor e4 = Tensor::from_vector(p8).view_as(DType::f8_e4m3fn);
+  const Tensor e5 = Tensor::from_vector(p8).view_as(DType::f8_e5m2);
+  const Tensor f32 = random_bytes(Shape{1 << 18}, DType::f32, 5);
+  const Tensor f32_moderate = uniform(Shape{1 << 16}, DType::f32, 6, -70000.0f, 70000.0f);
+  const Tensor f64 = uniform(Shape{1 << 16}, DType::f32, 8, -500.0f, 500.0f).to(DType::f64);
+  const Tensor f64_bits = random_bytes(Shape{1 << 16}, DType::f64, 9);
+  for (const Tensor* src : {&f16, &bf16, &e4, &e5, &f32, &f32_moderate, &f64, &f64_bits}) {
+    for (DType to : float_dtypes) {
+      if (to != src->dtype()) require_conversion_matches(*src, to);
+    }
+  }
+  // Integer dtypes have no kernel and go through the host: still exact.
+  CHECK(same_bytes(all16.to(gpu).to(DType::f32), all16.to(DType::f32)));
+}
+
+// ---- ops against the CPU ops ------------------------------------------------------------------
+
+TEST_CASE("cuda ops: matmul and linear through cuBLAS", "[cuda][ops]") {
+  ACCEL_REQUIRE_GPU();
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    INFO("dtype " << d);
+    const double tol = tolerance(d) * 8;  // sums of 64 products
+    const Tensor a = uniform(Shape{2, 3, 17, 64}, d, 1), b = uniform(Shape{2, 3, 64, 9}, d, 2);
+    require_close(api::matmul(a.to(gpu), b.to(gpu)), api::matmul(a, b), tol);
+    const Tensor b1 = uniform(Shape{1, 64, 9}, d, 3);  // broadcast batch
+    require_close(api::matmul(a.to(gpu), b1.to(gpu)), api::matmul(a, b1), tol);
+    const Tensor b2 = uniform(Shape{64, 9}, d, 4);  // shared 2-d
+    require_close(api::matmul(a.to(gpu), b2.to(gpu)), api::matmul(a, b2), tol);
+    const Tensor bt = uniform(Shape{3, 9, 64}, d, 5);  // used as a transposed (strided) operand
+    require_close(api::matmul(a.to(gpu), bt.to(gpu).transpose(-1, -2)), api::matmul(a, bt.transpose(-1, -2)), tol);
+    // Direct calls reach the same kernels without the front end.
+    require_close(side::direct_matmul(a.to(gpu), b.to(gpu)), api::matmul(a, b), tol);
+    const Tensor x = uniform(Shape{2, 5, 64}, d, 6), w = uniform(Shape{33, 64}, d, 7), bias = uniform(Shape{33}, d, 8);
+    require_close(api::linear(x.to(gpu), w.to(gpu), bias.to(gpu)), api::linear(x, w, bias), tol);
+    require_close(api::linear(x.to(gpu), w.to(gpu), Tensor{}), api::linear(x, w, Tensor{}), tol);
+    // A weight stored as [in, out] and viewed transposed is read in place.
+    const Tensor wt_store = uniform(Shape{64, 33}, d, 9);
+    require_close(api::linear(x.to(gpu), wt_store.to(gpu).t(), bias.to(gpu)),
+                  api::linear(x, wt_store.t(), bias), tol);
+  }
+  const Tensor a = uniform(Shape{4, 0}, DType::f32, 1), b = uniform(Shape{0, 3}, DType::f32, 2);
+  CHECK(max_abs_diff(api::matmul(a.to(gpu), b.to(gpu)), Tensor::zeros(Shape{4, 3})) == 0.0);
+  CHECK_THROWS_AS(api::matmul(uniform(Shape{2, 3}, DType::f32, 1).to(gpu), uniform(Shape{4, 2}, DType::f32, 1).to(gpu)),
+                  accel::ShapeError);
+  CHECK_THROWS_AS(api::matmul(uniform(Shape{2, 3}, DType::f32, 1).to(gpu), uniform(Shape{3, 2}, DType::f16, 1).to(gpu)),
+                  accel::DTypeError);
+}
+
+TEST_CASE("cuda ops: add and mul broadcast and promote", "[cuda][ops]") {
+  ACCEL_REQUIRE_GPU();
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    INFO("dtype " << d);
+    const Tensor a = uniform(Shape{4, 1, 33}, d, 1), b = uniform(Shape{5, 33}, d, 2), s = uniform(Shape{1}, d, 3);
+    require_close(api::add(a.to(gpu), b.to(gpu)), api::add(a, b), tolerance(d));
+    require_close(api::mul(a.to(gpu), b.to(gpu)), api::mul(a, b), tolerance(d));
+    require_close(api::mul(a.to(gpu), s.to(gpu)), api::mul(a, s), tolerance(d));
+    const Tensor at = uniform(Shape{33, 5}, d, 4);  // used transposed: a strided operand
+    require_close(api::add(at.to(gpu).t(), b.to(gpu)), api::add(at.t(), b), tolerance(d));
+  }
+  const Tensor h = uniform(Shape{7}, DType::f16, 1), f = uniform(Shape{7}, DType::bf16, 2);
+  require_close(api::add(h.to(gpu), f.to(gpu)), api::add(h, f), 1e-6);
+  CHECK_THROWS_AS(api::add(uniform(Shape{3}, DType::f32, 1).to(gpu), uniform(Shape{4}, DType::f32, 1).to(gpu)),
+                  accel::ShapeError);
+}
+
+TEST_CASE("cuda ops: activations and normalizations", "[cuda][ops]") {
+  ACCEL_REQUIRE_GPU();
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    INFO("dtype " << d);
+    const double tol = tolerance(d);
+    const Tensor x = uniform(Shape{3, 5, 300}, d, 1, -4.0f, 4.0f);
+    const Tensor xg = x.to(gpu);
+    require_close(api::gelu(xg, api::GeluApproximate::none), api::gelu(x, api::GeluApproximate::none), tol);
+    require_close(api::gelu(xg, api::GeluApproximate::tanh), api::gelu(x, api::GeluApproximate::tanh), tol);
+    require_close(api::silu(xg), api::silu(x), tol);
+    require_close(api::silu(xg.transpose(0, 2)), api::silu(x.transpose(0, 2)), tol);
+    for (std::int64_t dim : {-1, 0, 1}) {
+      require_close(api::softmax(xg, dim), api::softmax(x, dim), tol / 4);
+    }
+    const Tensor w = uniform(Shape{300}, d, 2), b = uniform(Shape{300}, d, 3);
+    require_close(api::layer_norm(xg, w.to(gpu), b.to(gpu), 1e-5), api::layer_norm(x, w, b, 1e-5), tol * 4);
+    require_close(api::layer_norm(xg, Tensor{}, Tensor{}, 1e-5), api::layer_norm(x, Tensor{}, Tensor{}, 1e-5),
+                  tol * 4);
+    require_close(api::rms_norm(xg, w.to(gpu), 1e-6), api::rms_norm(x, w, 1e-6), tol * 4);
+    require_close(api::rms_norm(xg, Tensor{}, 1e-6), api::rms_norm(x, Tensor{}, 1e-6), tol * 4);
+  }
+}
+
+TEST_CASE("cuda ops: embedding, rotary embedding, argmax and cat", "[cuda][ops]") {
+  ACCEL_REQUIRE_GPU();
+  const Tensor weight = uniform(Shape{50, 24}, DType::bf16, 1);
+  for (DType id_dtype : {DType::i64, DType::i32}) {
+    const Tensor ids = Tensor::from_vector<std::int64_t>({3, 0, 49, 7, 7, 12}, Shape{2, 3}).to(id_dtype);
+    const Tensor got = api::embedding(ids.to(gpu), weight.to(gpu));
+    CHECK(same_bytes(got, api::embedding(ids, weight)));
+  }
+  const Tensor bad = Tensor::from_vector<std::int64_t>({1, 50});
+  CHECK_THROWS_AS(api::embedding(bad.to(gpu), weight.to(gpu)), accel::ValueError);
+
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    INFO("dtype " << d);
+    const Tensor x = uniform(Shape{2, 3, 5, 16}, d, 2, -2.0f, 2.0f);
+    const Tensor pos1 = Tensor::from_vector<std::int64_t>({0, 1, 2, 100, 4000});
+    const Tensor pos2 = Tensor::from_vector<std::int32_t>({5, 6, 7, 8, 9, 0, 1, 2, 3, 4}, Shape{2, 5});
+    for (auto layout : {api::RopeLayout::half_split, api::RopeLayout::interleaved}) {
+      for (std::int64_t rd : {std::int64_t{-1}, std::int64_t{8}}) {
+        require_close(api::rotary_embedding(x.to(gpu), pos1.to(gpu), 10000.0, layout, rd),
+                      api::rotary_embedding(x, pos1, 10000.0, layout, rd), tolerance(d) * 2);
+        require_close(api::rotary_embedding(x.to(gpu), pos2.to(gpu), 500000.0, layout, rd),
+                      api::rotary_embedding(x, pos2, 500000.0, layout, rd), tolerance(d) * 2);
+      }
+    }
+  }
+
+  for (DType d : all_dtypes) {
+    INFO("dtype " << d);
+    const Tensor x = random_bytes(Shape{6, 7, 300}, d, 9);
+    for (std::int64_t dim : {-1, 0, 1}) {
+      CHECK(same_bytes(api::argmax(x.to(gpu), dim), api::argmax(x, dim)));
+    }
+  }
+  const Tensor ties = Tensor::from_vector<float>({1.0f, 3.0f, 3.0f, NAN, 2.0f, NAN});
+  CHECK(api::argmax(ties.to(gpu), 0).item<std::int64_t>() == 3);
+
+  for (DType d : {DType::f32, DType::bf16, DType::i64, DType::u8}) {
+    INFO("dtype " << d);
+    const Tensor a = random_bytes(Shape{2, 3, 4}, d, 1), b = random_bytes(Shape{2, 5, 4}, d, 2);
+    const Tensor e = Tensor::empty(Shape{0}, d);
+    CHECK(same_bytes(api::cat({a.to(gpu), b.to(gpu)}, 1), api::cat({a, b}, 1)));
+    CHECK(same_bytes(api::cat({a.to(gpu), e.to(gpu), a.to(gpu)}, -1), api::cat({a, e, a}, -1)));
+    CHECK(same_bytes(api::cat({b.to(gpu).transpose(0, 2), b.to(gpu).transpose(0, 2)}, 0),
+                     api::cat({b.transpose(0, 2), b.transpose(0, 2)}, 0)));
+  }
+}
+
+TEST_CASE("cuda ops: scaled_dot_product_attention", "[cuda][ops]") {
+  ACCEL_REQUIRE_GPU();
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    INFO("dtype " << d);
+    // Grouped heads (4 query heads over 2 kv heads), S spanning several key tiles.
+    for (std::int64_t T : {std::int64_t{1}, std::int64_t{7}, std::int64_t{300}}) {
+      const std::int64_t S = 300;
+      const Tensor q = uniform(Shape{2, 4, T, 32}, d, 1), k = uniform(Shape{2, 2, S, 32}, d, 2);
+      const Tensor v = uniform(Shape{2, 2, S, 24}, d, 3);
+      for (bool causal : {true, false}) {
+        INFO("T " << T << " causal " << causal);
+        require_close(api::scaled_dot_product_attention(q.to(gpu), k.to(gpu), v.to(gpu), causal, std::nullopt),
+                      api::scaled_dot_product_attention(q, k, v, causal, std::nullopt), tolerance(d));
+      }
+    }
+    // More queries than keys: early queries see nothing and get zero rows.
+    const Tensor q = uniform(Shape{1, 2, 6, 8}, d, 4), k = uniform(Shape{1, 1, 3, 8}, d, 5);
+    const Tensor v = uniform(Shape{1, 1, 3, 8}, d, 6);
+    require_close(api::scaled_dot_product_attention(q.to(gpu), k.to(gpu), v.to(gpu), true, 0.5),
+                  api::scaled_dot_product_attention(q, k, v, true, 0.5), tolerance(d));
+  }
+  CHECK_THROWS_AS(api::scaled_dot_product_attention(uniform(Shape{1, 3, 2, 8}, DType::f32, 1).to(gpu),
+                                                     uniform(Shape{1, 2, 2, 8}, DType::f32, 1).to(gpu),
+                                                     uniform(Shape{1, 2, 2, 8}, DType::f32, 1).to(gpu), true, std::nullopt),
+                  accel::ShapeError);
+}
