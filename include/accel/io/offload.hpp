@@ -1,0 +1,284 @@
+// Accelerate's offload folders: one raw `<name>.dat` per tensor plus index.json.
+//
+//   OffloadIndex ix = OffloadIndex::object();
+//   offload_weight(t, "layer.weight", folder, &ix);   save_offload_index(ix, folder);
+//   offload_state_dict(folder, state_dict);
+//   Tensor w = load_offloaded_weight(folder + "/layer.weight.dat", ix["layer.weight"]);   // mmap view
+//   OffloadedWeightsLoader loader(state_dict, folder);  loader.at("layer.weight");
+//   PrefixedView view(loader, "layer.");  view.at("weight");
+//
+// Byte-compatible with accelerate/utils/offload.py: a .dat file is the C-order array as
+// np.memmap writes it; index entries are {"dtype": numpy name, "shape": [...]} (bfloat16 stored
+// as int16 bytes, dtype "bfloat16"; a 0-d tensor is recorded with shape [] and stored as one
+// element); index.json is json.dump(indent=2) merged into any existing index. Entries may also
+// point into a safetensors file: {"safetensors_file", "weight_name", "dtype"}.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/device.hpp"
+#include "accel/core/dtype.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/core/mapped_file.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/bytes.hpp"
+#include "accel/io/safetensors.hpp"
+#include "accel/io/state_dict.hpp"
+
+namespace accel::io {
+
+/// The offload index: name -> entry, insertion-ordered like the Python dict it mirrors.
+using OffloadIndex = nlohmann::ordered_json;
+
+/// numpy's name for `d` as Accelerate records it ("float32", "bfloat16" for the int16-stored
+/// bf16). fp8 has no numpy type: its torch name is recorded (Accelerate cannot offload fp8).
+inline std::string offload_dtype_name(DType d) { return std::string(dtype_name(d)); }
+
+/// The DType an index "dtype" names (numpy or torch spelling); FormatError naming `tensor`.
+inline DType offload_dtype_from_name(const std::string& name, const std::string& tensor) {
+  static constexpr std::pair<std::string_view, DType> numpy_only[] = {{"float64", DType::f64}, {"float32", DType::f32},
+                                                                      {"float16", DType::f16}, {"int64", DType::i64},
+                                                                      {"int32", DType::i32},   {"int16", DType::i16},
+                                                                      {"int8", DType::i8},     {"uint8", DType::u8},
+                                                                      {"bool", DType::boolean}};
+  for (const auto& [n, d] : numpy_only) {
+    if (n == name) return d;
+  }
+  if (auto d = try_dtype_from_string(name)) return *d;
+  throw FormatError("offload index entry '" + tensor + "': unknown dtype '" + name + "'");
+}
+
+/// Validates a parsed index: every value is a {"dtype", "shape"} entry or a safetensors entry.
+inline void validate_offload_index(const OffloadIndex& index, const std::string& source) {
+  if (!index.is_object()) throw FormatError("offload index '" + source + "' is not a JSON object");
+  for (const auto& [name, e] : index.items()) {
+    const std::string where = "offload index '" + source + "', tensor '" + name + "'";
+    if (!e.is_object()) throw FormatError(where + ": entry is not an object");
+    if (auto f = e.find("safetensors_file"); f != e.end() && !f->is_null()) {
+      if (!f->is_string()) throw FormatError(where + ": \"safetensors_file\" is not a string");
+      if (auto w = e.find("weight_name"); w != e.end() && !w->is_string()) throw FormatError(where + ": \"weight_name\" is not a string");
+      if (auto d = e.find("dtype"); d != e.end()) {
+        if (!d->is_string()) throw FormatError(where + ": \"dtype\" is not a string");
+        (void)offload_dtype_from_name(d->get<std::string>(), name);
+      }
+      continue;
+    }
+    auto d = e.find("dtype");
+    auto s = e.find("shape");
+    if (d == e.end() || !d->is_string()) throw FormatError(where + ": missing string \"dtype\"");
+    (void)offload_dtype_from_name(d->get<std::string>(), name);
+    if (s == e.end() || !s->is_array()) throw FormatError(where + ": missing \"shape\" array");
+    if (s->size() > max_dims) throw FormatError(where + ": more than " + std::to_string(max_dims) + " dimensions");
+    for (const auto& x : *s) {
+      if (!x.is_number_unsigned() || x.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+        throw FormatError(where + ": \"shape\" holds something other than non-negative integers");
+      }
+    }
+  }
+}
+
+/// Parses and validates index.json text (pure: the fuzz entry point).
+inline OffloadIndex parse_offload_index(std::string_view text, const std::string& source) {
+  if (!is_valid_utf8(text)) throw FormatError("offload index '" + source + "' is not valid UTF-8");
+  OffloadIndex j;
+  try {
+    j = OffloadIndex::parse(text.begin(), text.end(), [&](int depth, OffloadIndex::parse_event_t ev, OffloadIndex&) {
+      using E = OffloadIndex::parse_event_t;
+      if ((ev == E::object_start || ev == E::array_start) && depth > 8) {
+        throw FormatError("offload index '" + source + "' is nested too deeply");
+      }
+      return true;
+    });
+  } catch (const OffloadIndex::exception& e) {
+    throw FormatError("offload index '" + source + "': invalid JSON (" + e.what() + ")");
+  }
+  validate_offload_index(j, source);
+  return j;
+}
+
+/// Reads and validates `<folder>/index.json`.
+inline OffloadIndex read_offload_index(const std::string& folder) {
+  const std::string path = (std::filesystem::path(folder) / "index.json").string();
+  return parse_offload_index(read_small_file(path), path);
+}
+
+/// Writes `weight` to `<folder>/<name>.dat` (C order, raw little-endian bytes) and, when `index`
+/// is given, records {"dtype", "shape"} in it. Returns `index`.
+inline OffloadIndex* offload_weight(const Tensor& weight, const std::string& name, const std::string& folder,
+                                    OffloadIndex* index = nullptr) {
+  if (!weight.defined() || weight.is_meta()) throw ValueError("offload_weight: tensor '" + name + "' has no data");
+  const Tensor host = (weight.is_cpu() && weight.is_contiguous()) ? weight : weight.to(Device::cpu()).contiguous();
+  if (index) {
+    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+    for (auto e : host.shape()) shape.push_back(e);
+    (*index)[name] = {{"dtype", offload_dtype_name(weight.dtype())}, {"shape", shape}};
+  }
+  AtomicFile f((std::filesystem::path(folder) / (name + ".dat")).string());
+  f.write(host.data_ptr(), host.nbytes());
+  f.commit();
+  return index;
+}
+
+/// Accelerate's json.dump(index, indent=2): ASCII-escaped, no trailing newline.
+inline std::string offload_index_json(const OffloadIndex& index) { return index.dump(2, ' ', true); }
+
+/// Merges `index` into `<folder>/index.json` (existing names keep their place, new ones append);
+/// does nothing for an empty index.
+inline void save_offload_index(const OffloadIndex& index, const std::string& folder) {
+  if (index.is_null() || index.empty()) return;
+  const auto path = std::filesystem::path(folder) / "index.json";
+  OffloadIndex current = OffloadIndex::object();
+  if (std::filesystem::is_regular_file(path)) current = parse_offload_index(read_small_file(path.string()), path.string());
+  for (const auto& [k, v] : index.items()) current[k] = v;
+  write_file_atomic(path.string(), offload_index_json(current));
+}
+
+/// Offloads every tensor of `state_dict` into `folder` (created if needed) and saves the index.
+inline void offload_state_dict(const std::string& folder, const StateDict& state_dict) {
+  std::filesystem::create_directories(folder);
+  OffloadIndex index = OffloadIndex::object();
+  for (const auto& [name, t] : state_dict) offload_weight(t, name, folder, &index);
+  save_offload_index(index, folder);
+}
+
+/// Maps `weight_file` and views it as the tensor `info` describes (no copy). The file must hold
+/// at least the bytes the entry needs (np.memmap accepts a longer file too).
+inline Tensor load_offloaded_weight(const std::string& weight_file, const nlohmann::ordered_json& info) {
+  OffloadIndex one = OffloadIndex::object();
+  one[weight_file] = info;
+  validate_offload_index(one, weight_file);
+  const DType dtype = offload_dtype_from_name(info.at("dtype").get<std::string>(), weight_file);
+  Shape shape;
+  for (const auto& x : info.at("shape")) shape.push_back(x.get<std::int64_t>());
+  const auto dims = std::vector<std::uint64_t>(shape.begin(), shape.end());
+  const auto need = detail::checked_byte_size(dims, dtype);
+  if (!need) throw FormatError("offloaded weight '" + weight_file + "': shape " + shape.str() + " overflows");
+  auto file = MappedFile::open(weight_file);
+  if (file->size() < *need) {
+    throw FormatError("offloaded weight '" + weight_file + "' holds " + std::to_string(file->size()) + " bytes; " +
+                      std::string(dtype_name(dtype)) + " shape " + shape.str() + " needs " + std::to_string(*need));
+  }
+  return Tensor::from_storage(file->region(0, *need), dtype, shape);
+}
+
+/// Every weight of an offload folder, by name, as zero-copy views.
+inline StateDict load_offloaded_weights(const std::string& folder) {
+  const OffloadIndex index = read_offload_index(folder);
+  StateDict out;
+  for (const auto& [name, info] : index.items()) {
+    if (info.contains("safetensors_file") && !info["safetensors_file"].is_null()) {
+      const auto f = SafetensorsFile::open(info["safetensors_file"].get<std::string>());
+      Tensor t = f.tensor(info.value("weight_name", name));
+      if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), name));
+      out.insert_or_assign(name, t);
+      continue;
+    }
+    out.insert_or_assign(name, load_offloaded_weight((std::filesystem::path(folder) / (name + ".dat")).string(), info));
+  }
+  return out;
+}
+
+/// A read-only map over weights held in memory and on disk: the in-memory state dict answers
+/// first, then the offload index (a .dat file in `save_folder` or a safetensors entry). Tensors
+/// are loaded on each lookup (mapped, so cheap); safetensors files stay open once used.
+class OffloadedWeightsLoader {
+ public:
+  /// ValueError when all three sources are absent. The index defaults to save_folder/index.json.
+  OffloadedWeightsLoader(std::optional<StateDict> state_dict, std::optional<std::string> save_folder,
+                         std::optional<OffloadIndex> index = std::nullopt, std::optional<Device> device = std::nullopt)
+      : state_(state_dict.value_or(StateDict{})), folder_(std::move(save_folder)), device_(device) {
+    if (!state_dict && !folder_ && !index) {
+      throw ValueError("Need either a `state_dict`, a `save_folder` or an `index` containing offloaded weights.");
+    }
+    if (index) {
+      validate_offload_index(*index, "<index argument>");
+      index_ = std::move(*index);
+    } else if (folder_) {
+      index_ = read_offload_index(*folder_);
+    } else {
+      index_ = OffloadIndex::object();
+    }
+    keys_ = state_.keys();
+    for (const auto& [k, v] : index_.items()) {
+      if (!state_.contains(k)) keys_.push_back(k);
+    }
+  }
+
+  /// State-dict names first, then index names not already present.
+  const std::vector<std::string>& keys() const noexcept { return keys_; }
+  std::size_t size() const noexcept { return keys_.size(); }
+  bool contains(std::string_view key) const { return state_.contains(key) || index_.contains(key); }
+  const OffloadIndex& index() const noexcept { return index_; }
+
+  /// The weight `key` (on `device` when one was given); KeyError when unknown.
+  Tensor at(std::string_view key) const {
+    if (state_.contains(key)) return state_.at(key);
+    const std::string k(key);
+    if (!index_.contains(k)) throw KeyError("offloaded weights have no entry named '" + k + "'");
+    const auto& info = index_[k];
+    if (info.contains("safetensors_file") && !info["safetensors_file"].is_null()) {
+      const SafetensorsFile& f = safetensors(info["safetensors_file"].get<std::string>());
+      Tensor t = f.tensor(info.value("weight_name", k));
+      if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), k));
+      return device_ ? t.to(*device_) : t;
+    }
+    if (!folder_) throw ValueError("offloaded weight '" + k + "' is a .dat entry but the loader has no save_folder");
+    Tensor t = load_offloaded_weight((std::filesystem::path(*folder_) / (k + ".dat")).string(), info);
+    return device_ ? t.to(*device_) : t;
+  }
+  Tensor operator[](std::string_view key) const { return at(key); }
+
+ private:
+  const SafetensorsFile& safetensors(const std::string& path) const {
+    std::lock_guard lock(*mutex_);
+    auto it = files_->find(path);
+    if (it == files_->end()) it = files_->emplace(path, SafetensorsFile::open(path)).first;
+    return it->second;
+  }
+
+  StateDict state_;
+  std::optional<std::string> folder_;
+  OffloadIndex index_;
+  std::optional<Device> device_;
+  std::vector<std::string> keys_;
+  std::shared_ptr<std::mutex> mutex_ = std::make_shared<std::mutex>();
+  std::shared_ptr<std::map<std::string, SafetensorsFile>> files_ = std::make_shared<std::map<std::string, SafetensorsFile>>();
+};
+
+/// The weights of one module: `at("weight")` reads `prefix + "weight"` from the underlying map
+/// (Accelerate's PrefixedDataset). Unlike Accelerate, keys() returns the names without the prefix
+/// and size() counts only them, so iterating and looking up agree.
+template <class Map>
+class PrefixedView {
+ public:
+  PrefixedView(const Map& base, std::string prefix) : base_(&base), prefix_(std::move(prefix)) {}
+
+  Tensor at(std::string_view key) const { return base_->at(prefix_ + std::string(key)); }
+  Tensor operator[](std::string_view key) const { return at(key); }
+  bool contains(std::string_view key) const { return base_->contains(prefix_ + std::string(key)); }
+  /// Names under the prefix, the prefix removed.
+  std::vector<std::string> keys() const {
+    std::vector<std::string> out;
+    for (const auto& k : base_->keys()) {
+      if (k.size() >= prefix_.size() && k.compare(0, prefix_.size(), prefix_) == 0) out.push_back(k.substr(prefix_.size()));
+    }
+    return out;
+  }
+  std::size_t size() const { return keys().size(); }
+  const std::string& prefix() const noexcept { return prefix_; }
+
+ private:
+  const Map* base_;
+  std::string prefix_;
+};
+
+}  // namespace accel::io
