@@ -1,6 +1,8 @@
-// The umbrella header: every public facility of accel.
+// The umbrella header: every public facility of accel, layer by layer (DESIGN.md). Each layer's
+// headers can also be included on their own; this one is for programs that want everything.
 #pragma once
 
+#include "accel/core/byte_size.hpp"
 #include "accel/core/convert.hpp"
 #include "accel/core/device.hpp"
 #include "accel/core/dtype.hpp"
@@ -10,6 +12,37 @@
 #include "accel/core/tensor.hpp"
 #include "accel/policy/policies.hpp"
 
-#if defined(ACCEL_WITH_CUDA) && __has_include("accel/backend/cuda/runtime.hpp")
+#include "accel/ops/ops.hpp"
+
+#include "accel/nested/nested.hpp"
+#include "accel/utils/utils.hpp"
+
+#include "accel/nn/containers.hpp"
+#include "accel/nn/hf_models.hpp"
+#include "accel/nn/init.hpp"
+#include "accel/nn/layers.hpp"
+#include "accel/nn/module.hpp"
+#include "accel/nn/set_tensor.hpp"
+#include "accel/nn/spec.hpp"
+#include "accel/nn/tied.hpp"
+
+#include "accel/io/inspect.hpp"
+#include "accel/io/load_state_dict.hpp"
+#include "accel/io/offload.hpp"
+#include "accel/io/safetensors.hpp"
+#include "accel/io/safetensors_write.hpp"
+#include "accel/io/sharded_index.hpp"
+#include "accel/io/sharding.hpp"
+#include "accel/io/torch_bin.hpp"
+#include "accel/io/torch_bin_write.hpp"
+
+#include "accel/plan/balanced_memory.hpp"
+#include "accel/plan/device_map.hpp"
+#include "accel/plan/infer_auto_device_map.hpp"
+#include "accel/plan/max_memory.hpp"
+#include "accel/plan/module_sizes.hpp"
+#include "accel/plan/runtime_reserve.hpp"
+
+#if defined(ACCEL_WITH_CUDA)
 #include "accel/backend/cuda/runtime.hpp"
 #endif
