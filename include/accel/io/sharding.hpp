@@ -1,6 +1,5 @@
 // Writing sharded checkpoints with Accelerate's shard_checkpoint semantics.
 //
-//   io::convert_file_size_to_int("10GB") == 10'000'000'000
 //   ShardPlan p = io::plan_shards(state_dict, max_shard_size, "model.safetensors");
 //   io::save_sharded(state_dict, folder, "10GB", /*safe_serialization=*/true);
 //
@@ -8,7 +7,8 @@
 // current one past max_shard_size — even when the current shard is empty, so a first tensor larger
 // than the limit leaves an empty first shard, exactly as Accelerate does. Names that share a
 // storage (tied weights) join the shard of their first occurrence and count once in total_size.
-// Sizes follow Accelerate's dtype_byte_size: a bool element counts 1/8 byte.
+// Sizes follow Accelerate's dtype_byte_size: a bool element counts 1/8 byte. The plan layer's
+// shard_checkpoint(model, ...) is this planner over a module's state dict.
 #pragma once
 
 #include <cmath>
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "accel/core/byte_size.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/safetensors_write.hpp"
@@ -30,60 +31,23 @@
 
 namespace accel::io {
 
-/// Accelerate's convert_file_size_to_int: "5GB" (10^9), "5GiB" (2^30), KB/MB/GB and KiB/MiB/GiB
-/// in any case, decimals allowed; a string ending in a lower-case "b" counts bits ("10mb" is
-/// 1 250 000 bytes). ValueError for anything else (digits alone, "", negative sizes).
-inline std::uint64_t convert_file_size_to_int(const std::string& size) {
-  const std::string err = "`size` " + size + " is not in a valid format. Use an integer for bytes, or a string with an unit (like '5.0GB').";
-  std::string up;
-  for (char c : size) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  struct Unit {
-    const char* suffix;
-    double scale;
-    bool bits_if_lower_b;
-  };
-  static constexpr Unit units[] = {{"GIB", 1073741824.0, false}, {"MIB", 1048576.0, false}, {"KIB", 1024.0, false},
-                                   {"GB", 1e9, true},           {"MB", 1e6, true},         {"KB", 1e3, true}};
-  for (const auto& u : units) {
-    const std::string_view suf(u.suffix);
-    if (!std::string_view(up).ends_with(suf)) continue;
-    const std::string number = size.substr(0, size.size() - suf.size());
-    char* end = nullptr;
-    const double v = std::strtod(number.c_str(), &end);
-    std::string_view rest(end);
-    while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
-    if (number.empty() || end == number.c_str() || !rest.empty() || !std::isfinite(v)) throw ValueError(err);
-    const double bytes = std::trunc(v * u.scale);
-    if (bytes < 0 || bytes >= 1.8e19) throw ValueError(err);
-    auto n = static_cast<std::uint64_t>(bytes);
-    if (u.bits_if_lower_b && size.back() == 'b') n /= 8;
-    return n;
-  }
-  throw ValueError(err);
-}
-/// An integer is a size in bytes already.
-inline std::uint64_t convert_file_size_to_int(std::uint64_t size) { return size; }
-
-/// Bytes of one element as Accelerate counts them (bool: 1/8).
-inline double accelerate_dtype_byte_size(DType d) { return d == DType::boolean ? 0.125 : static_cast<double>(itemsize(d)); }
-
 /// The outcome of planning: shard file names, their tensors, and the index contents.
 struct ShardPlan {
   std::vector<std::string> filenames;                 ///< one per shard
   std::vector<std::vector<std::string>> shards;       ///< tensor names per shard, in order
   std::vector<std::pair<std::string, std::string>> weight_map;  ///< tensor -> file, shard order
-  double total_size = 0;
-  bool total_size_is_float = false;  ///< a bool tensor made the sum fractional-typed (Python float)
+  ByteSize total_size;
+  bool total_size_is_float = false;  ///< a bool tensor made Python's sum a float ("49.0")
   bool is_sharded() const noexcept { return shards.size() > 1; }
 };
 
-/// One tensor to plan: its name, size in bytes (Accelerate's count) and a storage identity
-/// (nullptr: a distinct storage).
+/// One tensor to plan: its name, dtype, element count and a storage identity (nullptr: a
+/// distinct storage).
 struct ShardItem {
   std::string name;
-  double size = 0;
+  DType dtype = DType::f32;
+  std::int64_t numel = 0;
   const void* storage = nullptr;
-  bool fractional = false;
 };
 
 /// weights_name with "-0000i-of-0000n" before ".bin" / ".safetensors" (Python str.replace: every
@@ -100,13 +64,14 @@ inline std::string shard_file_name(const std::string& weights_name, std::size_t 
 }
 
 /// Plans shards over `items` (see the header comment). One shard keeps `weights_name` as is.
-inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::uint64_t max_shard_size,
+/// Sizes are exact in eighths of a byte, so the comparisons are Accelerate's float ones.
+inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::int64_t max_shard_size,
                              const std::string& weights_name = "pytorch_model.bin") {
+  const ByteSize limit(convert_file_size_to_int(max_shard_size));
   ShardPlan plan;
   plan.shards.emplace_back();
-  double last_block = 0;
+  ByteSize last_block;
   std::map<const void*, std::size_t> storage_block;
-  const double limit = static_cast<double>(max_shard_size);
   for (const auto& it : items) {
     if (it.storage) {
       if (auto s = storage_block.find(it.storage); s != storage_block.end()) {
@@ -114,14 +79,15 @@ inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::uint64_t 
         continue;
       }
     }
-    if (last_block + it.size > limit) {
+    const ByteSize size = dtype_byte_size(it.dtype) * it.numel;
+    if (last_block + size > limit) {
       plan.shards.emplace_back();
-      last_block = 0;
+      last_block = ByteSize{};
     }
     plan.shards.back().push_back(it.name);
-    last_block += it.size;
-    plan.total_size += it.size;
-    plan.total_size_is_float |= it.fractional;
+    last_block += size;
+    plan.total_size += size;
+    plan.total_size_is_float |= it.dtype == DType::boolean;
     if (it.storage) storage_block.emplace(it.storage, plan.shards.size() - 1);
   }
   const std::size_t n = plan.shards.size();
@@ -132,13 +98,18 @@ inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::uint64_t 
   return plan;
 }
 
+/// As above with Accelerate's size strings ("10GB", "500MiB", "4Gb").
+inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::string_view max_shard_size,
+                             const std::string& weights_name = "pytorch_model.bin") {
+  return plan_shards(items, convert_file_size_to_int(max_shard_size), weights_name);
+}
+
 /// Plans a state dict: sizes from shape and dtype, ties from shared storages.
-inline ShardPlan plan_shards(const StateDict& state, std::uint64_t max_shard_size,
+inline ShardPlan plan_shards(const StateDict& state, std::int64_t max_shard_size,
                              const std::string& weights_name = "pytorch_model.bin") {
   std::vector<ShardItem> items;
   for (const auto& [name, t] : state) {
-    items.push_back({name, static_cast<double>(t.numel()) * accelerate_dtype_byte_size(t.dtype()),
-                     t.storage() ? static_cast<const void*>(t.storage().get()) : nullptr, t.dtype() == DType::boolean});
+    items.push_back({name, t.dtype(), t.numel(), t.storage() ? static_cast<const void*>(t.storage().get()) : nullptr});
   }
   return plan_shards(items, max_shard_size, weights_name);
 }
@@ -148,7 +119,7 @@ inline ShardPlan plan_shards(const StateDict& state, std::uint64_t max_shard_siz
 /// model.safetensors.index.json (pytorch_model.bin.index.json). Stale numbered shards of an
 /// earlier save are removed. Tied names are all written (safetensors cannot share bytes; the
 /// copies are re-tied when a model loads them), the .bin format keeps them sharing one storage.
-inline ShardPlan save_sharded(const StateDict& state, const std::string& folder, std::uint64_t max_shard_size,
+inline ShardPlan save_sharded(const StateDict& state, const std::string& folder, std::int64_t max_shard_size,
                               bool safe_serialization = true) {
   namespace fs = std::filesystem;
   if (fs::exists(folder) && !fs::is_directory(folder)) throw ValueError("save_sharded: '" + folder + "' is a file, not a folder");
@@ -183,7 +154,7 @@ inline ShardPlan save_sharded(const StateDict& state, const std::string& folder,
   }
   if (plan.is_sharded()) {
     const std::string index = (fs::path(folder) / (safe_serialization ? safe_weights_index_name : weights_index_name)).string();
-    write_sharded_index(index, plan.total_size, plan.weight_map, plan.total_size_is_float);
+    write_sharded_index(index, plan.total_size.bytes(), plan.weight_map, plan.total_size_is_float);
   }
   return plan;
 }

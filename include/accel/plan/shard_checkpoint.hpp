@@ -22,6 +22,7 @@
 #include "accel/core/byte_size.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/shape.hpp"
+#include "accel/io/sharding.hpp"
 #include "accel/nn/module.hpp"
 
 namespace accel::plan {
@@ -55,56 +56,19 @@ inline std::vector<ShardTensor> shard_tensors_of(const nn::Module& model) {
   return out;
 }
 
-namespace detail {
-inline std::string replace_all(std::string s, std::string_view from, const std::string& to) {
-  for (std::size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
-    s.replace(pos, from.size(), to);
-  }
-  return s;
-}
-}  // namespace detail
-
-/// Splits `tensors` into shards of at most `max_shard_size` bytes (see the header comment).
+/// Splits `tensors` into shards of at most `max_shard_size` bytes (see the header comment); the
+/// planning itself is the io layer's, which also writes the files.
 inline ShardPlan shard_checkpoint(const std::vector<ShardTensor>& tensors, std::int64_t max_shard_size,
                                   const std::string& weights_name = "pytorch_model.bin") {
-  const ByteSize limit(convert_file_size_to_int(max_shard_size));
-  std::vector<std::vector<std::string>> blocks(1);
-  std::map<const void*, std::size_t> block_of;
-  ByteSize last, total;
-  for (const auto& t : tensors) {
-    if (t.storage) {
-      if (auto it = block_of.find(t.storage); it != block_of.end()) {
-        blocks[it->second].push_back(t.name);
-        continue;
-      }
-    }
-    const ByteSize size = dtype_byte_size(t.dtype) * t.shape.numel();
-    if (last + size > limit) {
-      blocks.emplace_back();
-      last = ByteSize{};
-    }
-    blocks.back().push_back(t.name);
-    last += size;
-    total += size;
-    if (t.storage) block_of[t.storage] = blocks.size() - 1;
-  }
+  std::vector<io::ShardItem> items;
+  items.reserve(tensors.size());
+  for (const auto& t : tensors) items.push_back({t.name, t.dtype, t.shape.numel(), t.storage});
+  io::ShardPlan planned = io::plan_shards(items, max_shard_size, weights_name);
   ShardPlan plan;
-  if (blocks.size() == 1) {
-    plan.shards.emplace_back(weights_name, std::move(blocks[0]));
-    return plan;
+  for (std::size_t i = 0; i < planned.shards.size(); ++i) {
+    plan.shards.emplace_back(std::move(planned.filenames[i]), std::move(planned.shards[i]));
   }
-  ShardIndex index;
-  index.total_size = total;
-  const std::size_t n = blocks.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    char tag[32];
-    std::snprintf(tag, sizeof tag, "-%05zu-of-%05zu", i + 1, n);
-    std::string file = detail::replace_all(weights_name, ".bin", std::string(tag) + ".bin");
-    file = detail::replace_all(file, ".safetensors", std::string(tag) + ".safetensors");
-    for (const auto& k : blocks[i]) index.weight_map.emplace_back(k, file);
-    plan.shards.emplace_back(std::move(file), std::move(blocks[i]));
-  }
-  plan.index = std::move(index);
+  if (planned.is_sharded()) plan.index = ShardIndex{planned.total_size, std::move(planned.weight_map)};
   return plan;
 }
 
