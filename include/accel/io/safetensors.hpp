@@ -91,11 +91,16 @@ inline std::optional<DType> safetensors_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-/// numel x itemsize with overflow checks; nullopt on overflow or a shape over max_dims.
+/// numel x itemsize with overflow checks; nullopt when the shape is too large for a Tensor or
+/// the byte count overflows 64 bits.
 inline std::optional<std::uint64_t> checked_byte_size(const std::vector<std::uint64_t>& dims, DType d) {
-  std::uint64_t n = 1;
+  // Tensor computes strides and element counts in int64 over the extents with zeros counted as
+  // 1, so that product must fit even when a zero extent makes the tensor empty.
+  std::uint64_t n = 1, strided = 1;
   for (std::uint64_t e : dims) {
-    if (e != 0 && n > UINT64_MAX / e) return std::nullopt;
+    const std::uint64_t f = std::max<std::uint64_t>(e, 1);
+    if (strided > static_cast<std::uint64_t>(INT64_MAX) / f) return std::nullopt;
+    strided *= f;
     n *= e;
   }
   const std::uint64_t item = itemsize(d);
@@ -214,7 +219,7 @@ inline SafetensorsHeader parse_safetensors_header(ByteSpan file, const std::stri
                         "] end before they begin");
     }
     const auto bytes = detail::checked_byte_size(*dims, info.dtype);
-    if (!bytes) throw FormatError(tw + ": shape " + info.shape.str() + " overflows 64-bit byte sizes");
+    if (!bytes) throw FormatError(tw + ": shape " + info.shape.str() + " overflows 64-bit sizes");
     if (*bytes != info.nbytes()) {
       throw FormatError(tw + ": " + std::string(safetensors_name(info.dtype)) + " shape " + info.shape.str() +
                         " needs " + std::to_string(*bytes) + " bytes but data_offsets span " +

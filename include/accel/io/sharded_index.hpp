@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -51,16 +52,40 @@ struct ShardedIndex {
 inline ShardedIndex parse_sharded_index(std::string_view text, const std::string& source) {
   const std::string where = "checkpoint index '" + source + "'";
   if (!is_valid_utf8(text)) throw FormatError(where + ": not valid UTF-8");
+  // weight_map entries are collected here instead of in the JSON tree: an ordered JSON object
+  // scans its keys on every insert, which makes a map of 1e5 tensors parse in quadratic time.
+  // As with Python's dict, a repeated name keeps its first place and takes its last shard.
+  std::vector<std::pair<std::string, std::optional<std::string>>> entries;
+  std::map<std::string, std::size_t, std::less<>> entry_of;
+  std::size_t current = 0;
+  std::string top_key;
   nlohmann::ordered_json j;
   try {
-    j = nlohmann::ordered_json::parse(text.begin(), text.end(),
-                                      [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json&) {
-                                        using E = nlohmann::ordered_json::parse_event_t;
-                                        if ((ev == E::object_start || ev == E::array_start) && depth > 16) {
-                                          throw FormatError(where + ": JSON nested too deeply");
-                                        }
-                                        return true;
-                                      });
+    j = nlohmann::ordered_json::parse(
+        text.begin(), text.end(), [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
+          using E = nlohmann::ordered_json::parse_event_t;
+          if ((ev == E::object_start || ev == E::array_start) && depth > 16) {
+            throw FormatError(where + ": JSON nested too deeply");
+          }
+          if (depth == 1 && ev == E::key) {
+            top_key = parsed.get<std::string>();
+            if (top_key == "weight_map") {
+              entries.clear();
+              entry_of.clear();
+            }
+            return true;
+          }
+          if (depth != 2 || top_key != "weight_map") return true;
+          if (ev == E::key) {
+            auto [it, fresh] = entry_of.emplace(parsed.get<std::string>(), entries.size());
+            if (fresh) entries.emplace_back(it->first, std::nullopt);
+            current = it->second;
+            entries[current].second.reset();
+            return false;  // drops the entry (and its value) from the tree
+          }
+          if (ev == E::value && parsed.is_string() && !entries.empty()) entries[current].second = parsed.get<std::string>();
+          return true;
+        });
   } catch (const nlohmann::ordered_json::exception& e) {
     throw FormatError(where + ": invalid JSON (" + e.what() + ")");
   }
@@ -76,9 +101,9 @@ inline ShardedIndex parse_sharded_index(std::string_view text, const std::string
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object()) throw FormatError(where + ": missing \"weight_map\" object");
   std::map<std::string, int, std::less<>> shards;
-  for (const auto& [name, shard] : wm->items()) {
-    if (!shard.is_string()) throw FormatError(where + ": shard of tensor '" + name + "' is not a string");
-    const std::string& s = shard.get_ref<const std::string&>();
+  for (const auto& [name, shard] : entries) {
+    if (!shard) throw FormatError(where + ": shard of tensor '" + name + "' is not a string");
+    const std::string& s = *shard;
     const std::filesystem::path p(s);
     bool escapes = s.empty() || p.is_absolute();
     for (const auto& part : p) escapes |= part == "..";

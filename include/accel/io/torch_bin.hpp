@@ -12,6 +12,7 @@
 // FormatError "refusing to load global X": no code is ever executed.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -110,6 +111,14 @@ inline pickle::Ref rebuild_tensor(const pickle::Ref& args, const std::string& wh
   if (size.size() != stride.size()) {
     throw FormatError(where + ": size has " + std::to_string(size.size()) + " dimensions but stride has " +
                       std::to_string(stride.size()));
+  }
+  // Tensor computes element counts and strides in int64 over the extents with zeros counted as
+  // 1, so that product must fit even when a zero extent makes the view empty.
+  std::int64_t strided = 1;
+  for (const std::int64_t s : size) {
+    if (__builtin_mul_overflow(strided, std::max<std::int64_t>(s, 1), &strided)) {
+      throw FormatError(where + ": tensor of size " + Shape(size).str() + " overflows 64-bit sizes");
+    }
   }
   // Highest element index the view touches, with overflow checks, against the storage length.
   std::uint64_t numel = 1, last = static_cast<std::uint64_t>(offset);

@@ -1,0 +1,202 @@
+// Writes the seed corpora of the fuzz targets with the library's own writers, so the seeds are
+// exactly what accel (and so Accelerate / torch) produce:
+//
+//   make_seeds <out-dir>     -> <out-dir>/{fuzz_safetensors_header,fuzz_sharded_index,
+//                                          fuzz_offload_index,fuzz_torch_bin,fuzz_torch_pickle}/seed-*
+//
+// Seeds stay small (a few hundred bytes to a few KB): libFuzzer mutates small inputs faster,
+// and every format feature is reachable with a handful of elements.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/tensor.hpp"
+#include "accel/io/bytes.hpp"
+#include "accel/io/offload.hpp"
+#include "accel/io/safetensors_write.hpp"
+#include "accel/io/sharded_index.hpp"
+#include "accel/io/torch_bin_write.hpp"
+#include "accel/io/zip.hpp"
+
+namespace fs = std::filesystem;
+using accel::DType;
+using accel::Shape;
+using accel::Tensor;
+using accel::io::StateDict;
+
+namespace {
+
+void put(const fs::path& file, const std::string& bytes) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary) << bytes;
+}
+
+Tensor iota(const Shape& shape, DType dtype) {
+  Tensor t = Tensor::zeros(shape, DType::f32);
+  auto* p = t.data_ptr<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(i % 7) - 3.0f;
+  return t.to(dtype);
+}
+
+void safetensors_seeds(const fs::path& dir, const fs::path& tmp) {
+  const std::vector<std::pair<std::string, std::pair<StateDict, std::map<std::string, std::string>>>> files = {
+      {"empty", {StateDict{}, {}}},
+      {"one_f32", {StateDict{{"weight", iota({2, 3}, DType::f32)}}, {{"format", "pt"}}}},
+      {"mixed",
+       {StateDict{{"a.bias", iota({4}, DType::f16)},
+                  {"a.weight", iota({2, 2}, DType::bf16)},
+                  {"mask", iota({3}, DType::boolean)},
+                  {"scalar", iota({}, DType::f64)},
+                  {"empty", iota({0, 5}, DType::i32)},
+                  {"fp8", iota({2, 2, 1}, DType::f8_e4m3fn)},
+                  {"fp8b", iota({1}, DType::f8_e5m2)},
+                  {"ids", iota({2}, DType::i64)},
+                  {"q", iota({3}, DType::i8)},
+                  {"u", iota({3}, DType::u8)},
+                  {"s", iota({3}, DType::i16)}},
+        {{"format", "pt"}, {"note", "caf\xc3\xa9"}}}},
+  };
+  for (const auto& [name, content] : files) {
+    const fs::path f = tmp / (name + ".safetensors");
+    accel::io::save_file(content.first, f.string(), content.second);
+    fs::copy_file(f, dir / ("seed-" + name), fs::copy_options::overwrite_existing);
+  }
+}
+
+void sharded_index_seeds(const fs::path& dir) {
+  using accel::io::sharded_index_json;
+  put(dir / "seed-safetensors", sharded_index_json(96, {{"lm_head.weight", "model-00002-of-00002.safetensors"},
+                                                        {"model.embed.weight", "model-00001-of-00002.safetensors"},
+                                                        {"model.norm.weight", "model-00002-of-00002.safetensors"}}));
+  put(dir / "seed-bin", sharded_index_json(20.125, {{"mask", "pytorch_model-00001-of-00001.bin"}}, true));
+  put(dir / "seed-extra-metadata",
+      "{\"metadata\": {\"total_size\": 8, \"format\": \"pt\", \"nested\": {\"a\": [1, 2.5, null]}},\n"
+      " \"weight_map\": {\"w\": \"shards/part-1.safetensors\", \"b\": \"shards/part-1.safetensors\"}}\n");
+  put(dir / "seed-no-metadata", "{\"weight_map\": {}}");
+}
+
+void offload_index_seeds(const fs::path& dir, const fs::path& tmp) {
+  const fs::path folder = tmp / "offload";
+  accel::io::offload_state_dict(folder.string(), StateDict{{"layer.weight", iota({2, 3}, DType::f32)},
+                                                           {"layer.bias", iota({3}, DType::bf16)},
+                                                           {"scale", iota({}, DType::f16)},
+                                                           {"mask", iota({4}, DType::boolean)},
+                                                           {"ids", iota({0}, DType::i64)}});
+  fs::copy_file(folder / "index.json", dir / "seed-dat", fs::copy_options::overwrite_existing);
+  accel::io::OffloadIndex st = accel::io::OffloadIndex::object();
+  st["model.w"] = {{"safetensors_file", "/models/model.safetensors"}, {"weight_name", "w"}, {"dtype", "float16"}};
+  st["model.b"] = {{"safetensors_file", "model.safetensors"}};
+  st["x"] = {{"dtype", "torch.float8_e5m2"}, {"shape", {1, 2, 3, 4}}};
+  put(dir / "seed-safetensors-entries", accel::io::offload_index_json(st));
+}
+
+void torch_bin_seeds(const fs::path& dir, const fs::path& tmp) {
+  const Tensor base = iota({4, 3}, DType::f32);
+  const std::vector<std::pair<std::string, StateDict>> files = {
+      {"empty", StateDict{}},
+      {"one", StateDict{{"weight", iota({2, 2}, DType::f32)}}},
+      // Views of one storage: one data record, offsets and strides in the pickle.
+      {"views",
+       StateDict{{"w", base}, {"w_t", base.transpose(0, 1)}, {"row", base.select(0, 2)}, {"cols", base.narrow(1, 1, 2)}}},
+      {"dtypes",
+       StateDict{{"h", iota({3}, DType::f16)},
+                 {"b", iota({2, 1}, DType::bf16)},
+                 {"d", iota({}, DType::f64)},
+                 {"l", iota({2}, DType::i64)},
+                 {"i", iota({2}, DType::i32)},
+                 {"s", iota({2}, DType::i16)},
+                 {"c", iota({2}, DType::i8)},
+                 {"u", iota({2}, DType::u8)},
+                 {"m", iota({2}, DType::boolean)},
+                 {"f8", iota({2}, DType::f8_e4m3fn)},
+                 {"f8b", iota({2}, DType::f8_e5m2)},
+                 {"z", iota({0, 3}, DType::f32)}}},
+  };
+  for (const auto& [name, sd] : files) {
+    const fs::path f = tmp / (name + ".bin");
+    accel::io::save_torch_bin(sd, f.string(), name == "views" ? "pytorch_model" : "archive");
+    fs::copy_file(f, dir / ("seed-" + name), fs::copy_options::overwrite_existing);
+  }
+}
+
+// data.pkl streams for fuzz_torch_pickle, whose harness supplies storages "0" ... "7" of 64 bytes
+// each: every storage of these state dicts is 64 bytes, numbered in order of first use.
+void torch_pickle_seeds(const fs::path& dir, const fs::path& tmp) {
+  const Tensor base = iota({4, 4}, DType::f32);
+  const std::vector<std::pair<std::string, StateDict>> files = {
+      {"empty", StateDict{}},
+      {"one", StateDict{{"weight", iota({16}, DType::f32)}}},
+      {"views",
+       StateDict{{"w", base}, {"w_t", base.transpose(0, 1)}, {"row", base.select(0, 2)}, {"cols", base.narrow(1, 1, 2)}}},
+      {"dtypes-a",
+       StateDict{{"h", iota({32}, DType::f16)},
+                 {"b", iota({4, 8}, DType::bf16)},
+                 {"d", iota({8}, DType::f64)},
+                 {"l", iota({2, 4}, DType::i64)},
+                 {"i", iota({16}, DType::i32)},
+                 {"s", iota({2, 2, 8}, DType::i16)}}},
+      {"dtypes-b",
+       StateDict{{"c", iota({64}, DType::i8)},
+                 {"u", iota({8, 8}, DType::u8)},
+                 {"m", iota({64}, DType::boolean)},
+                 {"f8", iota({64}, DType::f8_e4m3fn)},
+                 {"f8b", iota({1, 64}, DType::f8_e5m2)}}},
+  };
+  for (const auto& [name, sd] : files) {
+    const fs::path f = tmp / (name + ".pickle.bin");
+    accel::io::save_torch_bin(sd, f.string());
+    const std::string bytes = accel::io::read_small_file(f.string());
+    const auto zip = accel::io::ZipArchive::parse(accel::io::as_bytes(bytes), f.string());
+    for (const auto& e : zip.entries()) {
+      if (e.name.starts_with("archive/data/") && (e.size != 64 || e.name.size() != 14)) {
+        throw accel::ValueError("pickle seed '" + name + "': storage " + e.name + " is not one of the harness's");
+      }
+    }
+    const accel::io::ZipEntry* pkl = zip.find("archive/data.pkl");
+    put(dir / ("seed-" + name), bytes.substr(static_cast<std::size_t>(pkl->data_offset), static_cast<std::size_t>(pkl->size)));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: make_seeds <out-dir>\n";
+    return 2;
+  }
+  const fs::path out = argv[1];
+  const fs::path tmp = fs::temp_directory_path() / ("accel-make-seeds-" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  for (const char* t : {"fuzz_safetensors_header", "fuzz_sharded_index", "fuzz_offload_index", "fuzz_torch_bin",
+                        "fuzz_torch_pickle"}) {
+    fs::create_directories(out / t);
+  }
+  safetensors_seeds(out / "fuzz_safetensors_header", tmp);
+  sharded_index_seeds(out / "fuzz_sharded_index");
+  offload_index_seeds(out / "fuzz_offload_index", tmp);
+  torch_bin_seeds(out / "fuzz_torch_bin", tmp);
+  torch_pickle_seeds(out / "fuzz_torch_pickle", tmp);
+  fs::remove_all(tmp);
+  // A seed the parser rejects would start the fuzzer off the format: check them all. (The
+  // regress-* inputs beside them are past crashes, rejected on purpose; the pickle seeds were
+  // checked against their archives above.)
+  for (const auto& e : fs::recursive_directory_iterator(out)) {
+    if (!e.is_regular_file() || !e.path().filename().string().starts_with("seed-")) continue;
+    const std::string target = e.path().parent_path().filename().string();
+    const std::string bytes = accel::io::read_small_file(e.path().string());
+    const std::string name = e.path().string();
+    if (target == "fuzz_safetensors_header") (void)accel::io::parse_safetensors_header(accel::io::as_bytes(bytes), name);
+    if (target == "fuzz_sharded_index") (void)accel::io::parse_sharded_index(bytes, name);
+    if (target == "fuzz_offload_index") (void)accel::io::parse_offload_index(bytes, name);
+    if (target == "fuzz_torch_bin") (void)accel::io::parse_torch_bin(accel::io::as_bytes(bytes), name);
+  }
+  return 0;
+}
