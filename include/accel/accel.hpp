@@ -27,6 +27,7 @@
 #include "accel/nn/tied.hpp"
 
 #include "accel/io/inspect.hpp"
+#include "accel/io/load_checkpoint.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/safetensors.hpp"

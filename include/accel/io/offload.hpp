@@ -4,6 +4,7 @@
 //   offload_weight(t, "layer.weight", folder, &ix);   save_offload_index(ix, folder);
 //   offload_state_dict(folder, state_dict);
 //   Tensor w = load_offloaded_weight(folder + "/layer.weight.dat", ix["layer.weight"]);   // mmap view
+//   load_offloaded_weights(model, ix, folder);            // sets each indexed weight of the model
 //   OffloadedWeightsLoader loader(state_dict, folder);  loader.at("layer.weight");
 //   PrefixedView view(loader, "layer.");  view.at("weight");
 //
@@ -33,6 +34,8 @@
 #include "accel/io/bytes.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
+#include "accel/nn/module.hpp"
+#include "accel/nn/set_tensor.hpp"
 
 namespace accel::io {
 
@@ -79,7 +82,10 @@ inline void validate_offload_index(const OffloadIndex& index, const std::string&
     if (s == e.end() || !s->is_array()) throw FormatError(where + ": missing \"shape\" array");
     if (s->size() > max_dims) throw FormatError(where + ": more than " + std::to_string(max_dims) + " dimensions");
     for (const auto& x : *s) {
-      if (!x.is_number_unsigned() || x.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+      // Parsed JSON holds unsigned numbers; an index built in memory may hold signed ones.
+      const bool ok = x.is_number_unsigned() ? x.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)
+                                             : x.is_number_integer() && x.get<std::int64_t>() >= 0;
+      if (!ok) {
         throw FormatError(where + ": \"shape\" holds something other than non-negative integers");
       }
     }
@@ -119,7 +125,7 @@ inline OffloadIndex* offload_weight(const Tensor& weight, const std::string& nam
   const Tensor host = (weight.is_cpu() && weight.is_contiguous()) ? weight : weight.to(Device::cpu()).contiguous();
   if (index) {
     nlohmann::ordered_json shape = nlohmann::ordered_json::array();
-    for (auto e : host.shape()) shape.push_back(e);
+    for (auto e : host.shape()) shape.push_back(static_cast<std::uint64_t>(e));
     (*index)[name] = {{"dtype", offload_dtype_name(weight.dtype())}, {"shape", shape}};
   }
   AtomicFile f((std::filesystem::path(folder) / (name + ".dat")).string());
@@ -170,21 +176,42 @@ inline Tensor load_offloaded_weight(const std::string& weight_file, const nlohma
   return Tensor::from_storage(file->region(0, *need), dtype, shape);
 }
 
+/// True when an index entry points into a safetensors file instead of a .dat file.
+inline bool is_safetensors_entry(const nlohmann::ordered_json& info) {
+  const auto f = info.find("safetensors_file");
+  return f != info.end() && !f->is_null();
+}
+
+/// The tensor of index entry `name`: a mapped view of `<folder>/<name>.dat`, or the entry's
+/// safetensors tensor converted to its "dtype" when one is recorded.
+inline Tensor load_offload_entry(const std::string& name, const nlohmann::ordered_json& info, const std::string& folder) {
+  if (is_safetensors_entry(info)) {
+    const auto f = SafetensorsFile::open(info["safetensors_file"].get<std::string>());
+    Tensor t = f.tensor(info.value("weight_name", name));
+    if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), name));
+    return t;
+  }
+  return load_offloaded_weight((std::filesystem::path(folder) / (name + ".dat")).string(), info);
+}
+
 /// Every weight of an offload folder, by name, as zero-copy views.
 inline StateDict load_offloaded_weights(const std::string& folder) {
   const OffloadIndex index = read_offload_index(folder);
   StateDict out;
-  for (const auto& [name, info] : index.items()) {
-    if (info.contains("safetensors_file") && !info["safetensors_file"].is_null()) {
-      const auto f = SafetensorsFile::open(info["safetensors_file"].get<std::string>());
-      Tensor t = f.tensor(info.value("weight_name", name));
-      if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), name));
-      out.insert_or_assign(name, t);
-      continue;
-    }
-    out.insert_or_assign(name, load_offloaded_weight((std::filesystem::path(folder) / (name + ".dat")).string(), info));
-  }
+  for (const auto& [name, info] : index.items()) out.insert_or_assign(name, load_offload_entry(name, info, folder));
   return out;
+}
+
+/// Accelerate's load_offloaded_weights(model, index, offload_folder): puts every weight of `index`
+/// into `model` on the CPU through set_module_tensor_to_device (so each takes the model's dtype and
+/// tied names follow). Weights stay mapped views of the folder's files where no cast is needed.
+/// Unlike Accelerate, safetensors entries are honoured too. KeyError when the model lacks a name.
+inline void load_offloaded_weights(nn::Module& model, const OffloadIndex& index, const std::string& offload_folder) {
+  if (index.is_null() || index.empty()) return;
+  validate_offload_index(index, (std::filesystem::path(offload_folder) / "index.json").string());
+  for (const auto& [name, info] : index.items()) {
+    nn::set_module_tensor_to_device(model, name, Device::cpu(), load_offload_entry(name, info, offload_folder));
+  }
 }
 
 /// A read-only map over weights held in memory and on disk: the in-memory state dict answers
@@ -225,7 +252,7 @@ class OffloadedWeightsLoader {
     const std::string k(key);
     if (!index_.contains(k)) throw KeyError("offloaded weights have no entry named '" + k + "'");
     const auto& info = index_[k];
-    if (info.contains("safetensors_file") && !info["safetensors_file"].is_null()) {
+    if (is_safetensors_entry(info)) {
       const SafetensorsFile& f = safetensors(info["safetensors_file"].get<std::string>());
       Tensor t = f.tensor(info.value("weight_name", k));
       if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), k));

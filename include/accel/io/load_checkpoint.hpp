@@ -1,0 +1,359 @@
+// load_checkpoint_in_model(model, checkpoint, options): Accelerate's loader of a (sharded)
+// checkpoint into a model, each weight sent to its device-map placement as it is read.
+//
+//   auto model = [] { auto s = nn::init_empty_weights(); return build_model(); }();   // meta
+//   DeviceMap dm;  dm.set("embed", 0);  dm.set("layers", Placement::cpu());  dm.set("head", Placement::disk());
+//   LoadResult r = load_checkpoint_in_model(*model, "ckpt/", {.device_map = dm, .offload_folder = "offload"});
+//
+// `checkpoint` is a .safetensors or torch .bin file, a sharded index (.json), or a folder holding
+// pytorch_model.bin, model.safetensors (looked for in that order, as Accelerate does) or exactly
+// one *.index.json. Each tensor is read once (safetensors: a view of the mapped file), converted
+// once and placed once. Weights placed on "disk" go to `offload_folder` in Accelerate's format
+// (merged into its index.json); a weight already stored in a safetensors shard is recorded there
+// as {"safetensors_file", "weight_name", "dtype"} and no bytes are copied. Tied parameters stay
+// tied. Missing and unexpected keys are returned; `strict` turns them into a KeyError.
+//
+// Differences from Accelerate, each where it drops or mis-types data:
+// - `dtype` applies with or without a device map (Accelerate ignores it without one), and a model
+//   on meta without a device map is loaded on the CPU (torch's load_state_dict leaves it on meta).
+// - A disk weight is stored, and its meta tensor typed, in the dtype it would have in memory
+//   (`dtype`, else the model's); Accelerate keeps the checkpoint's dtype for disk weights only.
+// - A buffer placed on "disk" without `offload_buffers` is loaded on the CPU (Accelerate skips it
+//   and leaves it unloaded).
+// - keep_in_fp32_modules applies whatever `dtype` is asked for (Accelerate: float16 only) and
+//   matches whole dotted components ("wo" keeps "layers.0.wo.weight", not "two.weight").
+// - Missing keys are reported with a device map too; a name tied to a loaded name is not missing.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "accel/core/device.hpp"
+#include "accel/core/dtype.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/load_state_dict.hpp"
+#include "accel/io/offload.hpp"
+#include "accel/io/progress.hpp"
+#include "accel/io/safetensors.hpp"
+#include "accel/io/sharded_index.hpp"
+#include "accel/io/torch_bin.hpp"
+#include "accel/nn/module.hpp"
+#include "accel/nn/set_tensor.hpp"
+#include "accel/nn/tied.hpp"
+#include "accel/plan/device_map.hpp"
+#include "accel/utils/constants.hpp"
+
+namespace accel::io {
+
+/// Keyword arguments of load_checkpoint_in_model, with Accelerate's names and defaults.
+struct LoadCheckpointOptions {
+  /// Module or tensor name -> placement; nullopt keeps each tensor where the model holds it.
+  std::optional<plan::DeviceMap> device_map{};
+  /// Where "disk" weights go; required when the device map holds "disk".
+  std::optional<std::string> offload_folder{};
+  /// Floating tensors are converted to it; integer and bool tensors never are.
+  std::optional<DType> dtype{};
+  /// Park CPU weights in a temporary offload folder while the shards load, then load them back.
+  bool offload_state_dict = false;
+  /// Offload buffers placed on "disk" too (otherwise they are loaded on the CPU).
+  bool offload_buffers = false;
+  /// Modules whose floating weights stay float32 when `dtype` is given.
+  std::vector<std::string> keep_in_fp32_modules{};
+  /// Missing or unexpected keys throw KeyError (after the matching keys are loaded, as torch does).
+  bool strict = false;
+  /// A progress bar on stderr over several shards, only when stderr is a terminal.
+  bool show_progress = true;
+  /// Where Accelerate's warnings go (none when null).
+  std::ostream* warnings = nullptr;
+};
+
+/// What load_checkpoint_in_model did.
+struct LoadResult {
+  /// Model state-dict names that no checkpoint tensor filled, in the model's order.
+  std::vector<std::string> missing_keys{};
+  /// Checkpoint names the model does not have, in the order met.
+  std::vector<std::string> unexpected_keys{};
+  /// The entries this call added to `<offload_folder>/index.json`.
+  OffloadIndex offload_index = OffloadIndex::object();
+  /// The files read, in reading order.
+  std::vector<std::string> checkpoint_files{};
+};
+
+/// The checkpoint files `checkpoint` names (file, index, or folder; see the header comment), with
+/// Accelerate's ValueErrors when a folder holds no checkpoint or several indexes. Shards of an
+/// index come sorted by name; FormatError when the index names a shard that does not exist.
+inline std::vector<std::string> resolve_checkpoint_files(const std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  std::optional<std::string> index_file;
+  if (fs::is_regular_file(checkpoint)) {
+    if (!checkpoint.ends_with(".json")) return {checkpoint};
+    index_file = checkpoint;
+  } else if (fs::is_directory(checkpoint)) {
+    const fs::path dir(checkpoint);
+    if (fs::is_regular_file(dir / utils::WEIGHTS_NAME)) return {(dir / utils::WEIGHTS_NAME).string()};
+    if (fs::is_regular_file(dir / utils::SAFE_WEIGHTS_NAME)) return {(dir / utils::SAFE_WEIGHTS_NAME).string()};
+    std::vector<std::string> indexes;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().filename().string().ends_with(".index.json")) indexes.push_back(e.path().string());
+    }
+    if (indexes.empty()) {
+      throw ValueError(checkpoint + " is not a folder containing a `.index.json` file or a " +
+                       std::string(utils::WEIGHTS_NAME) + " or a " + std::string(utils::SAFE_WEIGHTS_NAME) + " file");
+    }
+    if (indexes.size() > 1) {
+      std::sort(indexes.begin(), indexes.end());
+      std::string names;
+      for (const auto& i : indexes) names += (names.empty() ? "" : ", ") + fs::path(i).filename().string();
+      throw ValueError(checkpoint + " containing more than one `.index.json` file, delete the irrelevant ones (" + names +
+                       ").");
+    }
+    index_file = indexes.front();
+  } else {
+    throw ValueError(
+        "`checkpoint` should be the path to a file containing a whole state dict, or the index of a sharded "
+        "checkpoint, or a folder containing a sharded checkpoint or the whole state dict, but got " +
+        checkpoint + ".");
+  }
+  const ShardedIndex ix = read_sharded_index(*index_file);
+  std::vector<std::string> shards = ix.shard_files;
+  std::sort(shards.begin(), shards.end());
+  const fs::path folder = fs::path(*index_file).parent_path();
+  for (auto& s : shards) s = (folder / s).string();
+  return shards;
+}
+
+/// True when `name` lies in one of `modules`: a module name matches whole dotted components of
+/// the tensor name, anywhere in it ("lm_head" keeps "lm_head.weight" and "model.lm_head.bias").
+inline bool in_keep_in_fp32_modules(std::string_view name, const std::vector<std::string>& modules) {
+  for (const auto& m : modules) {
+    if (m.empty()) continue;
+    for (std::size_t at = name.find(m); at != std::string_view::npos; at = name.find(m, at + 1)) {
+      const bool starts = at == 0 || name[at - 1] == '.';
+      const std::size_t end = at + m.size();
+      if (starts && (end == name.size() || name[end] == '.')) return true;
+    }
+  }
+  return false;
+}
+
+namespace detail {
+
+/// A folder made by mkdtemp, removed with everything in it when the guard dies.
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& stem) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (stem + "XXXXXX")).string();
+    if (!::mkdtemp(tmpl.data())) throw IOError("cannot create a temporary folder '" + tmpl + "'");
+    path_ = tmpl;
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+
+/// One load_checkpoint_in_model call: the model's names, what has been filled, and the indexes.
+class CheckpointLoader {
+ public:
+  CheckpointLoader(nn::Module& model, const LoadCheckpointOptions& o) : model_(model), o_(o) {
+    for (auto& [name, cell] : model.state_dict_cells()) {
+      cells_.emplace(name, cell);
+      order_.push_back(name);
+    }
+    for (const auto& [name, t] : model.named_buffers()) buffers_.insert(name);
+    if (o.offload_state_dict) state_dict_folder_.emplace("accel_offload_state_dict_");
+  }
+
+  /// Reads one checkpoint file and places each of its tensors.
+  void load_file(const std::string& file) {
+    if (file.ends_with(".safetensors")) {
+      const auto f = SafetensorsFile::open(file);
+      check_safetensors_format(f);
+      const std::string abs = std::filesystem::absolute(file).lexically_normal().string();
+      for (const auto& name : f.keys()) place(name, f.tensor(name), file, &abs);
+    } else {
+      for (const auto& [name, t] : load_torch_bin(file)) place(name, t, file, nullptr);
+    }
+  }
+
+  /// Saves the offload index, loads back the parked CPU weights and lists the missing keys.
+  LoadResult finish(std::vector<std::string> files) {
+    if (o_.offload_folder) save_offload_index(result_.offload_index, *o_.offload_folder);
+    if (state_dict_folder_) load_offloaded_weights(model_, state_dict_index_, state_dict_folder_->path());
+    for (const auto& name : order_) {
+      if (!loaded_.count(cells_.at(name).get())) result_.missing_keys.push_back(name);
+    }
+    result_.checkpoint_files = std::move(files);
+    return std::move(result_);
+  }
+
+ private:
+  void place(const std::string& name, const Tensor& value, const std::string& file, const std::string* safetensors_path) {
+    auto it = cells_.find(name);
+    if (it == cells_.end()) {
+      if (unexpected_seen_.insert(name).second) result_.unexpected_keys.push_back(name);
+      return;
+    }
+    nn::Parameter* cell = it->second.get();
+    const Tensor old = cell->data;
+    if (old.defined() && old.shape() != value.shape()) {
+      const auto dot = name.rfind('.');
+      const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+      throw ShapeError("loading '" + file + "': tensor '" + name + "' has shape " + value.shape().str() +
+                       " in the checkpoint but shape " + old.shape().str() + " in the model (module '" + owner + "', " +
+                       model_.get_submodule(owner).class_name() + ")");
+    }
+    const Placement where = placement_of(name, old, file);
+    std::optional<DType> new_dtype;
+    if (o_.dtype && value.is_floating_point()) {
+      new_dtype = in_keep_in_fp32_modules(name, o_.keep_in_fp32_modules) ? DType::f32 : *o_.dtype;
+    }
+    // The dtype the weight ends up in, wherever it lives: set_module_tensor_to_device's rule.
+    const DType target = new_dtype.value_or(old.defined() ? old.dtype() : value.dtype());
+    loaded_.insert(cell);
+
+    const bool to_disk = where.is_disk() && (o_.offload_buffers || !buffers_.count(name));
+    if (to_disk) {
+      park_on_meta(cell, value, target);
+      if (safetensors_path) {
+        result_.offload_index[name] = {
+            {"safetensors_file", *safetensors_path}, {"weight_name", name}, {"dtype", std::string(dtype_name(target))}};
+      } else {
+        offload_weight(value.to(Device::cpu(), target), name, *o_.offload_folder, &result_.offload_index);
+      }
+      return;
+    }
+    const Device device = where.is_disk() ? Device::cpu() : where.device();
+    if (materialised_.count(cell)) return;  // a tied name already filled this cell
+    if (device.is_cpu() && state_dict_folder_) {
+      park_on_meta(cell, value, target);
+      offload_weight(value.to(Device::cpu(), target), name, state_dict_folder_->path(), &state_dict_index_);
+      return;
+    }
+    nn::set_module_tensor_to_device(model_, name, device, value, new_dtype);
+    if (!device.is_meta()) materialised_.insert(cell);
+  }
+
+  Placement placement_of(const std::string& name, const Tensor& old, const std::string& file) const {
+    if (!o_.device_map) return Placement(old.defined() && !old.is_meta() ? old.device() : Device::cpu());
+    if (auto p = o_.device_map->lookup(name)) return *p;
+    throw ValueError(name + " doesn't have any device set. (loading '" + file + "' into " + model_.class_name() + ")");
+  }
+
+  // A real tensor loaded into a tied cell wins over a meta placeholder of another of its names.
+  void park_on_meta(nn::Parameter* cell, const Tensor& value, DType target) {
+    if (!materialised_.count(cell)) cell->data = Tensor::empty(value.shape(), target, Device::meta());
+  }
+
+  nn::Module& model_;
+  const LoadCheckpointOptions& o_;
+  std::unordered_map<std::string, nn::ParameterPtr> cells_;
+  std::vector<std::string> order_;
+  std::unordered_set<std::string> buffers_;
+  std::unordered_set<const nn::Parameter*> loaded_, materialised_;
+  std::unordered_set<std::string> unexpected_seen_;
+  std::optional<TempFolder> state_dict_folder_;
+  OffloadIndex state_dict_index_ = OffloadIndex::object();
+  LoadResult result_;
+};
+
+/// Accelerate's check_tied_parameters_on_same_device, as a warning on `out`.
+inline void warn_tied_on_different_devices(const std::vector<std::vector<std::string>>& tied, const plan::DeviceMap& dm,
+                                           std::ostream* out) {
+  if (!out) return;
+  for (const auto& group : tied) {
+    std::string listing;
+    std::set<std::string> devices;
+    for (const auto& name : group) {
+      const auto p = dm.lookup(name);
+      const std::string d = p ? p->str() : "None";
+      devices.insert(d);
+      listing += (listing.empty() ? "'" : ", '") + name + "': " + d;
+    }
+    if (devices.size() > 1) {
+      *out << "Tied parameters are on different devices: {" << listing
+           << "}. Please modify your custom device map or set `device_map='auto'`.\n";
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Loads `checkpoint` into `model` following `options` (see the header comment). ValueError for a
+/// bad checkpoint path, a disk placement without offload_folder, a tensor the device map does not
+/// place or a non-floating `dtype`; ShapeError naming file, tensor and both shapes; KeyError when
+/// `strict` and keys do not match; FormatError / IOError from the readers, naming the file.
+inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string& checkpoint,
+                                           const LoadCheckpointOptions& options = {}) {
+  if (options.dtype && !is_floating_point(*options.dtype)) {
+    throw ValueError("load_checkpoint_in_model: dtype must be a floating-point type, got " +
+                     std::string(dtype_name(*options.dtype)));
+  }
+  const auto tied = nn::find_tied_parameters(model);
+  bool has_disk = false;
+  if (options.device_map) {
+    detail::warn_tied_on_different_devices(tied, *options.device_map, options.warnings);
+    for (const auto& [k, p] : *options.device_map) has_disk |= p.is_disk();
+  }
+  if (has_disk && !options.offload_folder) {
+    throw ValueError("At least one of the model submodule will be offloaded to disk, please pass along an `offload_folder`.");
+  }
+  if (has_disk) std::filesystem::create_directories(*options.offload_folder);
+
+  const std::vector<std::string> files = resolve_checkpoint_files(checkpoint);
+  detail::CheckpointLoader loader(model, options);
+  {
+    ProgressBar bar("Loading checkpoint shards", files.size(), options.show_progress && files.size() > 1);
+    for (const auto& f : files) {
+      loader.load_file(f);
+      bar.update();
+    }
+  }
+  LoadResult result = loader.finish(files);
+  nn::retie_parameters(model, tied);
+
+  if (options.strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty())) {
+    std::string msg = "Error(s) in loading checkpoint '" + checkpoint + "' into " + model.class_name() + ":";
+    if (!result.missing_keys.empty()) msg += " Missing key(s): " + detail::quoted_list(result.missing_keys) + ".";
+    if (!result.unexpected_keys.empty()) msg += " Unexpected key(s): " + detail::quoted_list(result.unexpected_keys) + ".";
+    throw KeyError(msg);
+  }
+  if (options.warnings && !result.unexpected_keys.empty()) {
+    *options.warnings << "Some weights of the model checkpoint at " << checkpoint << " were not used when initializing "
+                      << model.class_name() << ": {" << detail::quoted_list(result.unexpected_keys)
+                      << "}. This may or may not be an issue - make sure that the checkpoint does not have unnecessary "
+                         "parameters, or that the model definition correctly corresponds to the checkpoint.\n";
+  }
+  return result;
+}
+
+}  // namespace accel::io
+
+namespace accel {
+using io::load_checkpoint_in_model;
+using io::LoadCheckpointOptions;
+using io::LoadResult;
+}  // namespace accel

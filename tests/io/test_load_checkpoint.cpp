@@ -1,0 +1,449 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "accel/core/memory_stats.hpp"
+#include "accel/io/load_checkpoint.hpp"
+#include "accel/io/safetensors_write.hpp"
+#include "accel/io/sharding.hpp"
+#include "accel/io/torch_bin_write.hpp"
+#include "accel/nn/containers.hpp"
+#include "accel/nn/init.hpp"
+#include "accel/nn/layers.hpp"
+
+namespace fs = std::filesystem;
+using namespace accel;
+using namespace accel::io;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("accel_io_lc_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string str() const { return path.string(); }
+};
+
+// embed (8 x 4) -> layers.0, layers.1 (Linear 4 -> 4) -> norm -> head (Linear 4 -> 8, no bias),
+// plus an integer buffer on the root. `tie` shares head.weight with embed.weight.
+std::shared_ptr<nn::Module> make_model(bool tie = false, bool on_meta = true) {
+  std::optional<nn::InitScope> scope;
+  if (on_meta) scope.emplace(Device::meta(), /*include_buffers=*/true);  // init_empty_weights(true)
+  auto root = std::make_shared<nn::Module>("TinyModel");
+  auto embed = root->register_module("embed", std::make_shared<nn::Embedding>(8, 4));
+  auto layers = root->register_module("layers", std::make_shared<nn::ModuleList>());
+  layers->push_back(std::make_shared<nn::Linear>(4, 4));
+  layers->push_back(std::make_shared<nn::Linear>(4, 4));
+  root->register_module("norm", std::make_shared<nn::LayerNorm>(4));
+  auto head = root->register_module("head", std::make_shared<nn::Linear>(4, 8, /*bias=*/false));
+  if (tie) head->register_parameter("weight", embed->parameter_cell("weight"));
+  root->register_buffer("position_ids", Tensor::from_vector<std::int64_t>({0, 1, 2, 3}));
+  return root;
+}
+
+// A checkpoint for make_model: every float tensor holds distinct values, in `dtype`.
+StateDict make_checkpoint(DType dtype = DType::f32, bool with_head = true) {
+  StateDict sd;
+  float base = 0.0f;
+  auto add = [&](const std::string& name, Shape shape) {
+    std::vector<float> v(static_cast<std::size_t>(shape.numel()));
+    for (auto& x : v) x = (base += 0.5f);
+    sd.insert_or_assign(name, Tensor::from_vector(v, shape).to(dtype));
+  };
+  add("embed.weight", {8, 4});
+  add("layers.0.weight", {4, 4});
+  add("layers.0.bias", {4});
+  add("layers.1.weight", {4, 4});
+  add("layers.1.bias", {4});
+  add("norm.weight", {4});
+  add("norm.bias", {4});
+  if (with_head) add("head.weight", {8, 4});
+  sd.insert_or_assign("position_ids", Tensor::from_vector<std::int64_t>({10, 11, 12, 13}));
+  return sd;
+}
+
+std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
+
+void require_loaded(const nn::Module& model, const StateDict& ckpt, const std::vector<std::string>& skip = {}) {
+  for (const auto& [name, t] : ckpt) {
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    INFO(name);
+    const Tensor& got = model.get_tensor(name);
+    REQUIRE_FALSE(got.is_meta());
+    if (t.is_floating_point()) {
+      CHECK(values(got) == values(t));
+    } else {
+      CHECK(got.to_vector<std::int64_t>() == t.to_vector<std::int64_t>());
+    }
+  }
+}
+
+DeviceMap map_with_disk_layer() {
+  DeviceMap dm;
+  dm.set("embed", Placement::cpu());
+  dm.set("layers.0", Placement::cpu());
+  dm.set("layers.1", Placement::disk());
+  dm.set("norm", Placement::cpu());
+  dm.set("head", Placement::cpu());
+  dm.set("position_ids", Placement::cpu());
+  return dm;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+}  // namespace
+
+TEST_CASE("a single safetensors file loads into a meta model as mapped cpu views", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint();
+  save_file(ckpt, dir.file("model.safetensors"), {{"format", "pt"}});
+  auto model = make_model();
+
+  const MemoryStats before = memory_stats(Device::cpu());
+  const LoadResult r = load_checkpoint_in_model(*model, dir.file("model.safetensors"));
+  CHECK(memory_stats(Device::cpu()).allocated_bytes == before.allocated_bytes);  // nothing copied
+  require_loaded(*model, ckpt);
+  CHECK(r.missing_keys.empty());
+  CHECK(r.unexpected_keys.empty());
+  CHECK(r.checkpoint_files == std::vector<std::string>{dir.file("model.safetensors")});
+  CHECK(model->get_tensor("layers.0.weight").storage().kind() == MemoryKind::mapped);
+  CHECK(model->get_tensor("position_ids").dtype() == DType::i64);
+}
+
+TEST_CASE("a model already on the cpu keeps its dtype and gets the checkpoint's values", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint(DType::f16);
+  save_file(ckpt, dir.file("model.safetensors"));
+  auto model = make_model(false, /*on_meta=*/false);
+  load_checkpoint_in_model(*model, dir.file("model.safetensors"));
+  CHECK(model->get_tensor("norm.weight").dtype() == DType::f32);  // the model's dtype wins
+  require_loaded(*model, ckpt);
+}
+
+TEST_CASE("a sharded checkpoint loads through its index, as a file or a folder", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint();
+  const ShardPlan plan = save_sharded(ckpt, dir.str(), std::int64_t{200});
+  REQUIRE(plan.is_sharded());
+
+  auto a = make_model();
+  const LoadResult r = load_checkpoint_in_model(*a, dir.file("model.safetensors.index.json"), {.show_progress = false});
+  require_loaded(*a, ckpt);
+  CHECK(r.checkpoint_files.size() == plan.filenames.size());
+  CHECK(std::is_sorted(r.checkpoint_files.begin(), r.checkpoint_files.end()));
+
+  auto b = make_model();
+  CHECK(load_checkpoint_in_model(*b, dir.str()).checkpoint_files == r.checkpoint_files);
+  require_loaded(*b, ckpt);
+
+  // The same through .bin shards.
+  TempDir bins;
+  save_sharded(ckpt, bins.str(), std::int64_t{200}, /*safe_serialization=*/false);
+  auto c = make_model();
+  load_checkpoint_in_model(*c, bins.str());
+  require_loaded(*c, ckpt);
+}
+
+TEST_CASE("a torch .bin checkpoint loads", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint(DType::bf16);
+  save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
+  auto model = make_model();
+  const LoadResult r = load_checkpoint_in_model(*model, dir.file("pytorch_model.bin"));
+  CHECK(r.missing_keys.empty());
+  CHECK(model->get_tensor("embed.weight").dtype() == DType::f32);  // cast to the model's dtype
+  require_loaded(*model, ckpt);
+}
+
+TEST_CASE("folder detection follows Accelerate", "[io][load_checkpoint]") {
+  const StateDict ckpt = make_checkpoint();
+  SECTION("pytorch_model.bin is preferred over model.safetensors") {
+    TempDir dir;
+    save_file(ckpt, dir.file("model.safetensors"));
+    CHECK(resolve_checkpoint_files(dir.str()) == std::vector<std::string>{dir.file("model.safetensors")});
+    save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
+    CHECK(resolve_checkpoint_files(dir.str()) == std::vector<std::string>{dir.file("pytorch_model.bin")});
+  }
+  SECTION("a folder with neither nor an index") {
+    TempDir dir;
+    save_file(ckpt, dir.file("weights.safetensors"));
+    const std::string msg = message_of([&] { resolve_checkpoint_files(dir.str()); });
+    CHECK(msg.find("is not a folder containing a `.index.json` file or a pytorch_model.bin or a model.safetensors") !=
+          std::string::npos);
+    CHECK_THROWS_AS(resolve_checkpoint_files(dir.str()), ValueError);
+  }
+  SECTION("a folder with two indexes") {
+    TempDir dir;
+    save_sharded(ckpt, dir.str(), std::int64_t{200});
+    fs::copy_file(dir.file("model.safetensors.index.json"), dir.file("other.index.json"));
+    const std::string msg = message_of([&] { resolve_checkpoint_files(dir.str()); });
+    CHECK(msg.find("containing more than one `.index.json` file") != std::string::npos);
+    CHECK(msg.find("other.index.json") != std::string::npos);
+  }
+  SECTION("a path that does not exist") {
+    auto model = make_model();
+    const std::string msg = message_of([&] { load_checkpoint_in_model(*model, "/nonexistent/ckpt"); });
+    CHECK(msg.find("but got /nonexistent/ckpt") != std::string::npos);
+  }
+  SECTION("an index naming a shard that is not there") {
+    TempDir dir;
+    write_sharded_index(dir.file("model.safetensors.index.json"), 4, {{"w", "model-00001-of-00001.safetensors"}});
+    CHECK_THROWS_AS(resolve_checkpoint_files(dir.str()), FormatError);
+  }
+}
+
+TEST_CASE("a device map with disk offloads that layer; safetensors entries copy no bytes", "[io][load_checkpoint]") {
+  TempDir dir, offload;
+  const StateDict ckpt = make_checkpoint();
+  save_file(ckpt, dir.file("model.safetensors"));
+  auto model = make_model();
+  const LoadResult r =
+      load_checkpoint_in_model(*model, dir.str(), {.device_map = map_with_disk_layer(), .offload_folder = offload.str()});
+
+  require_loaded(*model, ckpt, {"layers.1.weight", "layers.1.bias"});
+  for (const char* name : {"layers.1.weight", "layers.1.bias"}) {
+    INFO(name);
+    CHECK(model->get_tensor(name).is_meta());
+    CHECK(model->get_tensor(name).dtype() == DType::f32);
+  }
+  CHECK(r.missing_keys.empty());
+
+  // The offload index points into the checkpoint: no .dat file was written.
+  const OffloadIndex index = read_offload_index(offload.str());
+  CHECK(index == r.offload_index);
+  REQUIRE(index.size() == 2);
+  const std::string abs = fs::absolute(dir.file("model.safetensors")).lexically_normal().string();
+  CHECK(index["layers.1.weight"] ==
+        OffloadIndex({{"safetensors_file", abs}, {"weight_name", "layers.1.weight"}, {"dtype", "float32"}}));
+  for (const auto& e : fs::directory_iterator(offload.path)) CHECK(e.path().extension() != ".dat");
+
+  OffloadedWeightsLoader loader(std::nullopt, offload.str());
+  CHECK(values(loader.at("layers.1.weight")) == values(ckpt.at("layers.1.weight")));
+  CHECK(loader.at("layers.1.bias").storage().kind() == MemoryKind::mapped);
+}
+
+TEST_CASE("disk entries from a .bin checkpoint are written as .dat files", "[io][load_checkpoint]") {
+  TempDir dir, offload;
+  const StateDict ckpt = make_checkpoint();
+  save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
+  // An index already in the folder is merged into, not replaced.
+  offload_state_dict(offload.str(), StateDict{{"earlier.weight", Tensor::ones(Shape{2})}});
+
+  auto model = make_model();
+  const LoadResult r = load_checkpoint_in_model(*model, dir.file("pytorch_model.bin"),
+                                                {.device_map = map_with_disk_layer(), .offload_folder = offload.str()});
+  const OffloadIndex index = read_offload_index(offload.str());
+  CHECK(index.size() == 3);
+  CHECK(index.begin().key() == "earlier.weight");
+  CHECK(r.offload_index.size() == 2);
+  CHECK(index["layers.1.weight"] == OffloadIndex({{"dtype", "float32"}, {"shape", {4, 4}}}));
+  CHECK(fs::file_size(offload.path / "layers.1.weight.dat") == 64);
+  const StateDict back = load_offloaded_weights(offload.str());
+  CHECK(values(back.at("layers.1.bias")) == values(ckpt.at("layers.1.bias")));
+}
+
+TEST_CASE("device map errors: disk without a folder, a tensor left unplaced", "[io][load_checkpoint]") {
+  TempDir dir;
+  save_file(make_checkpoint(), dir.file("model.safetensors"));
+  auto model = make_model();
+  const std::string no_folder = message_of([&] {
+    load_checkpoint_in_model(*model, dir.str(), {.device_map = map_with_disk_layer()});
+  });
+  CHECK(no_folder.find("please pass along an `offload_folder`") != std::string::npos);
+
+  DeviceMap partial = map_with_disk_layer();
+  partial.erase("norm");
+  const std::string unplaced = message_of([&] {
+    load_checkpoint_in_model(*model, dir.str(), {.device_map = partial, .offload_folder = dir.file("off")});
+  });
+  CHECK(unplaced.find("norm.") != std::string::npos);
+  CHECK(unplaced.find("doesn't have any device set") != std::string::npos);
+
+  DeviceMap everything;
+  everything.set("", Placement::cpu());
+  load_checkpoint_in_model(*model, dir.str(), {.device_map = everything});
+  CHECK(model->get_tensor("norm.bias").is_cpu());
+}
+
+TEST_CASE("dtype casts floating tensors only, on every placement", "[io][load_checkpoint]") {
+  TempDir dir, offload;
+  const StateDict ckpt = make_checkpoint();
+  save_file(ckpt, dir.file("model.safetensors"));
+  auto model = make_model();
+  const LoadResult r = load_checkpoint_in_model(
+      *model, dir.str(), {.device_map = map_with_disk_layer(), .offload_folder = offload.str(), .dtype = DType::f16});
+  CHECK(model->get_tensor("embed.weight").dtype() == DType::f16);
+  CHECK(model->get_tensor("layers.1.weight").dtype() == DType::f16);  // on meta, typed as it will be used
+  CHECK(model->get_tensor("position_ids").dtype() == DType::i64);     // integers are never cast
+  CHECK(model->get_tensor("position_ids").to_vector<std::int64_t>() == std::vector<std::int64_t>{10, 11, 12, 13});
+  CHECK(values(model->get_tensor("norm.bias")) == values(ckpt.at("norm.bias")));  // exact in f16
+  CHECK(r.offload_index["layers.1.weight"]["dtype"] == "float16");
+  OffloadedWeightsLoader loader(std::nullopt, offload.str());
+  CHECK(loader.at("layers.1.weight").dtype() == DType::f16);
+
+  // Without a device map too (Accelerate ignores dtype there).
+  auto plain = make_model();
+  load_checkpoint_in_model(*plain, dir.str(), {.dtype = DType::bf16});
+  CHECK(plain->get_tensor("head.weight").dtype() == DType::bf16);
+  CHECK(plain->get_tensor("position_ids").dtype() == DType::i64);
+
+  CHECK_THROWS_AS(load_checkpoint_in_model(*plain, dir.str(), {.dtype = DType::i32}), ValueError);
+}
+
+TEST_CASE("keep_in_fp32_modules keeps whole modules in float32", "[io][load_checkpoint]") {
+  TempDir dir;
+  save_file(make_checkpoint(), dir.file("model.safetensors"));
+  auto model = make_model();
+  load_checkpoint_in_model(*model, dir.str(), {.dtype = DType::f16, .keep_in_fp32_modules = {"norm", "layers.1"}});
+  CHECK(model->get_tensor("norm.weight").dtype() == DType::f32);
+  CHECK(model->get_tensor("layers.1.bias").dtype() == DType::f32);
+  CHECK(model->get_tensor("layers.0.bias").dtype() == DType::f16);
+  CHECK(model->get_tensor("embed.weight").dtype() == DType::f16);
+
+  CHECK(in_keep_in_fp32_modules("model.lm_head.weight", {"lm_head"}));
+  CHECK(in_keep_in_fp32_modules("lm_head", {"lm_head"}));
+  CHECK(in_keep_in_fp32_modules("layers.0.wo.weight", {"wo"}));
+  CHECK_FALSE(in_keep_in_fp32_modules("two.weight", {"wo"}));
+  CHECK_FALSE(in_keep_in_fp32_modules("layers.10.weight", {"layers.1"}));
+  CHECK_FALSE(in_keep_in_fp32_modules("norm.weight", {""}));
+}
+
+TEST_CASE("missing and unexpected keys are reported; strict makes them an error", "[io][load_checkpoint]") {
+  TempDir dir;
+  StateDict ckpt;
+  for (const auto& [name, t] : make_checkpoint()) {
+    if (name != "norm.bias") ckpt.insert_or_assign(name, t);
+  }
+  ckpt.insert_or_assign("extra.weight", Tensor::ones(Shape{2}));
+  save_file(ckpt, dir.file("model.safetensors"));
+
+  auto model = make_model();
+  std::ostringstream warnings;
+  const LoadResult r = load_checkpoint_in_model(*model, dir.str(), {.warnings = &warnings});
+  CHECK(r.missing_keys == std::vector<std::string>{"norm.bias"});
+  CHECK(r.unexpected_keys == std::vector<std::string>{"extra.weight"});
+  CHECK(warnings.str().find("were not used when initializing TinyModel") != std::string::npos);
+  CHECK(model->get_tensor("norm.bias").is_meta());
+
+  DeviceMap dm;
+  dm.set("", Placement::cpu());
+  auto again = make_model();
+  CHECK(load_checkpoint_in_model(*again, dir.str(), {.device_map = dm}).missing_keys == r.missing_keys);
+
+  auto strict = make_model();
+  const std::string msg = message_of([&] { load_checkpoint_in_model(*strict, dir.str(), {.strict = true}); });
+  CHECK(msg.find("Missing key(s): \"norm.bias\"") != std::string::npos);
+  CHECK(msg.find("Unexpected key(s): \"extra.weight\"") != std::string::npos);
+  CHECK_THROWS_AS(load_checkpoint_in_model(*strict, dir.str(), {.strict = true}), KeyError);
+}
+
+TEST_CASE("a shape mismatch names the file, the tensor and both shapes", "[io][load_checkpoint]") {
+  TempDir dir;
+  StateDict ckpt = make_checkpoint();
+  ckpt.insert_or_assign("layers.0.weight", Tensor::zeros(Shape{4, 5}));
+  save_file(ckpt, dir.file("model.safetensors"));
+  for (bool disk : {false, true}) {
+    auto model = make_model();
+    LoadCheckpointOptions o;
+    if (disk) {
+      DeviceMap dm;
+      dm.set("", Placement::disk());
+      o = LoadCheckpointOptions{.device_map = dm, .offload_folder = dir.file("off")};
+    }
+    const std::string msg = message_of([&] { load_checkpoint_in_model(*model, dir.str(), o); });
+    INFO(msg);
+    CHECK(msg.find("model.safetensors") != std::string::npos);
+    CHECK(msg.find("'layers.0.weight'") != std::string::npos);
+    CHECK(msg.find("[4, 5]") != std::string::npos);
+    CHECK(msg.find("[4, 4]") != std::string::npos);
+    CHECK(msg.find("Linear") != std::string::npos);
+    CHECK_THROWS_AS(load_checkpoint_in_model(*model, dir.str(), o), ShapeError);
+  }
+}
+
+TEST_CASE("tied weights stay tied and are not missing", "[io][load_checkpoint]") {
+  TempDir dir, offload;
+  save_file(make_checkpoint(DType::f32, /*with_head=*/false), dir.file("model.safetensors"));
+
+  auto model = make_model(/*tie=*/true);
+  const LoadResult r = load_checkpoint_in_model(*model, dir.str());
+  CHECK(r.missing_keys.empty());
+  CHECK(model->get_tensor("head.weight").is_same(model->get_tensor("embed.weight")));
+  CHECK(nn::find_tied_parameters(*model) == std::vector<std::vector<std::string>>{{"embed.weight", "head.weight"}});
+
+  // head on disk, embed on the cpu: the loaded tensor wins over the disk placeholder.
+  DeviceMap dm = map_with_disk_layer();
+  dm.set("head", Placement::disk());
+  std::ostringstream warnings;
+  auto split = make_model(/*tie=*/true);
+  save_torch_bin(make_checkpoint(), dir.file("pytorch_model.bin"));
+  load_checkpoint_in_model(*split, dir.file("pytorch_model.bin"),
+                           {.device_map = dm, .offload_folder = offload.str(), .warnings = &warnings});
+  CHECK(warnings.str().find("Tied parameters are on different devices") != std::string::npos);
+  CHECK(split->get_tensor("head.weight").is_cpu());
+  CHECK(split->get_tensor("head.weight").is_same(split->get_tensor("embed.weight")));
+}
+
+TEST_CASE("offload_state_dict parks cpu weights and loads them back", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint();
+  save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
+  DeviceMap dm;
+  dm.set("", Placement::cpu());
+  auto model = make_model();
+  const LoadResult r =
+      load_checkpoint_in_model(*model, dir.str(), {.device_map = dm, .dtype = DType::f16, .offload_state_dict = true});
+  CHECK(r.missing_keys.empty());
+  CHECK(r.offload_index.empty());
+  CHECK(model->get_tensor("layers.1.weight").dtype() == DType::f16);
+  require_loaded(*model, ckpt);
+}
+
+TEST_CASE("load_state_dict takes the library's DeviceMap", "[io][load_checkpoint]") {
+  TempDir dir;
+  save_file(make_checkpoint(), dir.file("model.safetensors"));
+  DeviceMap dm;
+  dm.set("layers", Placement::disk());
+  dm.set("", Placement::cpu());
+  const StateDict sd = load_state_dict(dir.file("model.safetensors"), dm);
+  CHECK(sd.size() == make_checkpoint().size());
+  CHECK(sd.at("layers.1.weight").is_cpu());  // disk weights load on the cpu, as mapped views
+  CHECK(sd.at("layers.1.weight").storage().kind() == MemoryKind::mapped);
+}
+
+TEST_CASE("the shard progress bar draws in place and stays quiet off a terminal", "[io][load_checkpoint]") {
+  std::ostringstream out;
+  {
+    ProgressBar bar("Loading checkpoint shards", 4, &out);
+    bar.update();
+    CHECK(bar.line() == "Loading checkpoint shards:  25%|#####               | 1/4");
+    bar.update(10);
+    CHECK(bar.done() == 4);
+  }
+  CHECK(out.str().starts_with("\rLoading checkpoint shards:   0%|"));
+  CHECK(out.str().ends_with("| 4/4\n"));
+  CHECK_FALSE(ProgressBar("x", 2, /*enabled=*/false).active());
+  CHECK(ProgressBar("x", 2, /*enabled=*/true).active() == static_cast<bool>(::isatty(STDERR_FILENO)));
+}
