@@ -1,8 +1,9 @@
 // Shared pieces of the `accel` command line: argument lists, model loading, tables, byte printing.
 //
 //   CliArgs args(argc, argv, 2);  args.positional(0)  args.option("--max-memory")  args.flag("--json")
-//   load_cli_model(path)          model spec JSON, transformers config.json (or a folder holding one),
-//                                 or any extension registered in model_loaders() (safetensors, ...)
+//   load_cli_model(path)          model spec JSON, transformers config.json, any suffix registered in
+//                                 model_loaders() (checkpoints, see cli_checkpoint_model.hpp), or a
+//                                 folder holding one of them
 //   print_table(os, headers, rows)
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -71,21 +73,51 @@ class CliArgs {
   std::map<std::string, std::string> options_;
 };
 
-/// Model builders for inputs that are not JSON, by file extension (".safetensors", ".gguf"). The io
-/// layer registers its readers here; they must return a meta model (init_empty_weights is active).
-using ModelLoader = std::function<std::shared_ptr<nn::Module>(const std::filesystem::path&)>;
+/// Model builders for inputs that are not JSON specs or configs, by file-name suffix
+/// (".safetensors", ".safetensors.index.json", ".gguf"); the longest matching suffix wins. They
+/// must return a meta model (init_empty_weights is active). `float_dtype`, when set, is the dtype
+/// floating-point weights are sized in; unset means as stored.
+using ModelLoader = std::function<std::shared_ptr<nn::Module>(const std::filesystem::path&, std::optional<DType> float_dtype)>;
 inline std::map<std::string, ModelLoader>& model_loaders() {
   static std::map<std::string, ModelLoader> loaders;
   return loaders;
 }
 
-/// The meta model described by `path`: a model spec JSON, a transformers config.json (or a folder
-/// holding one), or a file whose extension has a registered loader.
-inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& input, DType dtype = DType::f32) {
+/// The registered loader whose suffix ends `path`'s file name (the longest), or nullptr.
+inline const ModelLoader* find_model_loader(const std::filesystem::path& path) {
+  const std::string name = path.filename().string();
+  const ModelLoader* best = nullptr;
+  std::size_t best_len = 0;
+  for (const auto& [suffix, loader] : model_loaders()) {
+    if (suffix.size() > best_len && name.size() > suffix.size() && name.ends_with(suffix)) {
+      best = &loader;
+      best_len = suffix.size();
+    }
+  }
+  return best;
+}
+
+/// The model file inside a folder: config.json first (it knows the module structure), else a
+/// checkpoint whose suffix has a loader.
+inline std::filesystem::path model_file_in(const std::filesystem::path& dir) {
+  if (std::filesystem::is_regular_file(dir / "config.json")) return dir / "config.json";
+  for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                           "pytorch_model.bin"}) {
+    if (std::filesystem::is_regular_file(dir / name) && find_model_loader(dir / name)) return dir / name;
+  }
+  return dir / "config.json";
+}
+
+/// The meta model described by `path`: a model spec JSON, a transformers config.json, a file with
+/// a registered loader, or a folder holding one of these. `float_dtype` sizes the floating-point
+/// weights: configs default to float32, checkpoints to their stored dtypes.
+inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& input,
+                                                  std::optional<DType> float_dtype = std::nullopt) {
   std::filesystem::path path = input;
-  if (std::filesystem::is_directory(path)) path /= "config.json";
+  if (std::filesystem::is_directory(path)) path = model_file_in(path);
   auto guard = nn::init_empty_weights(/*include_buffers=*/true);
-  if (auto it = model_loaders().find(path.extension().string()); it != model_loaders().end()) return it->second(path);
+  if (const ModelLoader* loader = find_model_loader(path)) return (*loader)(path, float_dtype);
+  const DType dtype = float_dtype.value_or(DType::f32);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IOError("cannot open '" + path.string() + "'");
   nlohmann::json j;

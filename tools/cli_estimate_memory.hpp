@@ -3,7 +3,8 @@
 // Like `accelerate estimate-memory`: the size of the largest layer, the total size, and the peak
 // of training with Adam (float32: 4x the model; float16/bfloat16 mixed precision: 2x) per dtype.
 // Unlike Accelerate, bfloat16 is halved like float16, and float sizes never upcast tensors that
-// are already smaller (compute_module_sizes' dtype rule).
+// are already smaller (compute_module_sizes' dtype rule). A checkpoint's floating-point tensors
+// are counted as float32 whatever their stored dtype, so its rows read like a config's.
 #pragma once
 
 #include <algorithm>
@@ -20,11 +21,13 @@ inline int run_estimate_memory(int argc, char** argv) {
   const CliArgs args(argc, argv, 2);
   if (args.positionals().size() != 1 || !args.unknown({"--dtypes"}).empty()) {
     std::cerr << "usage: accel estimate-memory MODEL [--dtypes float32,float16,bfloat16,int8,int4]\n"
-                 "  MODEL: a transformers config.json (or its folder), a model spec JSON, or a registered format\n";
+                 "  MODEL: a transformers config.json, a model spec JSON, a checkpoint (.safetensors, .bin or\n"
+                 "         a sharded *.index.json), or a folder holding one of them\n";
     return 2;
   }
   const std::string path = args.positionals()[0];
-  auto model = load_cli_model(path);
+  // Sized from float32 weights, as Accelerate does; the int8 / int4 rows divide that.
+  auto model = load_cli_model(path, DType::f32);
   const auto dtypes = split_list(args.option("--dtypes").value_or("float32,float16,bfloat16,int8,int4"));
   const auto base = plan::calculate_maximum_sizes(*model);
   const plan::ModelIndex index(*model);
