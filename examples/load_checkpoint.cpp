@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "accel/core/memory_stats.hpp"
-#include "accel/io/load_checkpoint.hpp"
+#include "accel/dispatch/load_checkpoint.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/nn/containers.hpp"
 #include "accel/nn/init.hpp"

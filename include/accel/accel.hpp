@@ -26,8 +26,9 @@
 #include "accel/nn/spec.hpp"
 #include "accel/nn/tied.hpp"
 
+#include "accel/io/checkpoint_files.hpp"
+#include "accel/io/file_names.hpp"
 #include "accel/io/inspect.hpp"
-#include "accel/io/load_checkpoint.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/safetensors.hpp"
@@ -43,6 +44,8 @@
 #include "accel/plan/max_memory.hpp"
 #include "accel/plan/module_sizes.hpp"
 #include "accel/plan/runtime_reserve.hpp"
+
+#include "accel/dispatch/load_checkpoint.hpp"
 
 #if defined(ACCEL_WITH_CUDA)
 #include "accel/backend/cuda/runtime.hpp"

@@ -1,6 +1,6 @@
 // What the nvcc half of the CUDA tests (test_cuda.cu) offers the g++ half (cuda_tests.cpp).
 //
-// test_cuda.cu compiles every kernel and, by including accel/backend/cuda/ops.cuh, registers
+// test_cuda.cu compiles every kernel and, by including accel/ops/cuda/ops.cuh, registers
 // them at start-up; the Catch2 cases live in g++ code because oneDNN's C++ header (pulled in by
 // the CPU ops they compare against) does not get through nvcc 13's C++20 front end, and because
 // nvcc parses every header once per GPU architecture (keeping Catch2 out keeps the build short).

@@ -10,7 +10,7 @@
 
 #include "accel/backend/cuda/float_codec.cuh"
 #include "accel/backend/cuda/kernels.cuh"
-#include "accel/backend/cuda/ops.cuh"
+#include "accel/ops/cuda/ops.cuh"
 #include "accel/backend/cuda/runtime.hpp"
 
 namespace accel_test::cuda_side {

@@ -13,15 +13,16 @@
 // A safetensors "format" metadata other than "pt" is refused as Accelerate refuses it.
 #pragma once
 
+#include <concepts>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/io/torch_bin.hpp"
-#include "accel/plan/device_map.hpp"
 
 namespace accel::io {
 
@@ -36,24 +37,44 @@ inline void check_safetensors_format(const SafetensorsFile& f) {
                     it->second + "').");
 }
 
-/// Loads every tensor of a `.safetensors` or torch `.bin` file. With a device map, safetensors
-/// weights are sent to their placement's device; .bin checkpoints always load on the CPU (as
-/// torch.load(map_location="cpu") does in Accelerate).
-inline StateDict load_state_dict(const std::string& checkpoint_file,
-                                 const std::optional<plan::DeviceMap>& device_map = std::nullopt) {
+/// What a device map is to the loaders: the placement of a tensor name, or nullopt when no key
+/// covers it. DeviceMap (plan layer) models it; so does any user type with that lookup.
+template <class M>
+concept PlacementLookup = requires(const M& m, std::string_view name) {
+  { m.lookup(name) } -> std::convertible_to<std::optional<Placement>>;
+};
+
+namespace detail {
+template <class Where>
+StateDict load_state_dict_placed(const std::string& checkpoint_file, Where&& device_for) {
   if (!checkpoint_file.ends_with(".safetensors")) return load_torch_bin(checkpoint_file);
   const auto f = SafetensorsFile::open(checkpoint_file);
   check_safetensors_format(f);
   StateDict out;
-  for (const auto& name : f.keys()) {
-    Device dev = Device::cpu();
-    if (device_map) {
-      if (auto p = device_map->lookup(name); p && !p->is_disk()) dev = p->device();
-      if (dev.is_meta()) dev = Device::cpu();
-    }
-    out.insert_or_assign(name, f.tensor(name, dev));
-  }
+  for (const auto& name : f.keys()) out.insert_or_assign(name, f.tensor(name, device_for(name)));
   return out;
+}
+}  // namespace detail
+
+/// Loads every tensor of a `.safetensors` or torch `.bin` file on the CPU (safetensors: zero-copy
+/// views of the mapped file; .bin as torch.load(map_location="cpu") does in Accelerate).
+inline StateDict load_state_dict(const std::string& checkpoint_file) {
+  return detail::load_state_dict_placed(checkpoint_file, [](const std::string&) { return Device::cpu(); });
+}
+
+/// As above, with safetensors weights sent to their device-map placement's device.
+template <PlacementLookup Map>
+StateDict load_state_dict(const std::string& checkpoint_file, const Map& device_map) {
+  return detail::load_state_dict_placed(checkpoint_file, [&](const std::string& name) {
+    const std::optional<Placement> p = device_map.lookup(name);
+    if (!p || p->is_disk() || p->device().is_meta()) return Device::cpu();
+    return p->device();
+  });
+}
+/// An empty optional loads on the CPU, as Accelerate's device_map=None.
+template <PlacementLookup Map>
+StateDict load_state_dict(const std::string& checkpoint_file, const std::optional<Map>& device_map) {
+  return device_map ? load_state_dict(checkpoint_file, *device_map) : load_state_dict(checkpoint_file);
 }
 
 }  // namespace accel::io

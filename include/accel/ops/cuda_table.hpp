@@ -1,7 +1,7 @@
 // The CUDA implementations of the ops, reached through function pointers.
 //
 // Kernels compile only where nvcc compiles (DESIGN.md). The host-side ops in accel/ops/ call
-// through this table for CUDA tensors; `accel/backend/cuda/ops.cuh`, included in a .cu
+// through this table for CUDA tensors; `accel/ops/cuda/ops.cuh`, included in a .cu
 // translation unit, fills it at start-up. An empty slot raises DeviceError naming the op.
 #pragma once
 
@@ -52,7 +52,7 @@ Fn require_cuda_op(Fn fn, const char* op) {
   if (!fn) {
     throw DeviceError(std::string(op) +
                       ": no CUDA kernel registered; compile one translation unit with nvcc that "
-                      "includes accel/backend/cuda/ops.cuh");
+                      "includes accel/ops/cuda/ops.cuh");
   }
   return fn;
 }

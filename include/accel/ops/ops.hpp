@@ -1,7 +1,7 @@
 // Every op of the ops layer: matmul / linear / matmul_u8s8, add / mul / gelu / silu,
 // softmax / layer_norm / rms_norm, embedding / rotary_embedding,
 // scaled_dot_product_attention, argmax, cat. CPU runs here; CUDA tensors go through
-// cuda_ops() (filled by accel/backend/cuda/ops.cuh in a .cu translation unit).
+// cuda_ops() (filled by accel/ops/cuda/ops.cuh in a .cu translation unit).
 #pragma once
 
 #include "accel/ops/argmax.hpp"

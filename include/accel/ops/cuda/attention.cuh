@@ -15,8 +15,8 @@
 
 #include "accel/backend/cuda/kernels.cuh"
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/backend/cuda/ops_gemm.cuh"
-#include "accel/backend/cuda/ops_norm.cuh"
+#include "accel/ops/cuda/gemm.cuh"
+#include "accel/ops/cuda/norm.cuh"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::cuda::ops {

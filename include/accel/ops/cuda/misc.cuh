@@ -18,8 +18,8 @@
 #include "accel/backend/cuda/float_codec.cuh"
 #include "accel/backend/cuda/kernels.cuh"
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/backend/cuda/ops_gemm.cuh"
-#include "accel/backend/cuda/ops_norm.cuh"
+#include "accel/ops/cuda/gemm.cuh"
+#include "accel/ops/cuda/norm.cuh"
 #include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 

@@ -42,6 +42,7 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/io/checkpoint_files.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/progress.hpp"
@@ -52,14 +53,13 @@
 #include "accel/nn/set_tensor.hpp"
 #include "accel/nn/tied.hpp"
 #include "accel/plan/device_map.hpp"
-#include "accel/utils/constants.hpp"
 
-namespace accel::io {
+namespace accel::dispatch {
 
 /// Keyword arguments of load_checkpoint_in_model, with Accelerate's names and defaults.
 struct LoadCheckpointOptions {
   /// Module or tensor name -> placement; nullopt keeps each tensor where the model holds it.
-  std::optional<plan::DeviceMap> device_map{};
+  std::optional<DeviceMap> device_map{};
   /// Where "disk" weights go; required when the device map holds "disk".
   std::optional<std::string> offload_folder{};
   /// Floating tensors are converted to it; integer and bool tensors never are.
@@ -85,53 +85,10 @@ struct LoadResult {
   /// Checkpoint names the model does not have, in the order met.
   std::vector<std::string> unexpected_keys{};
   /// The entries this call added to `<offload_folder>/index.json`.
-  OffloadIndex offload_index = OffloadIndex::object();
+  io::OffloadIndex offload_index = io::OffloadIndex::object();
   /// The files read, in reading order.
   std::vector<std::string> checkpoint_files{};
 };
-
-/// The checkpoint files `checkpoint` names (file, index, or folder; see the header comment), with
-/// Accelerate's ValueErrors when a folder holds no checkpoint or several indexes. Shards of an
-/// index come sorted by name; FormatError when the index names a shard that does not exist.
-inline std::vector<std::string> resolve_checkpoint_files(const std::string& checkpoint) {
-  namespace fs = std::filesystem;
-  std::optional<std::string> index_file;
-  if (fs::is_regular_file(checkpoint)) {
-    if (!checkpoint.ends_with(".json")) return {checkpoint};
-    index_file = checkpoint;
-  } else if (fs::is_directory(checkpoint)) {
-    const fs::path dir(checkpoint);
-    if (fs::is_regular_file(dir / utils::WEIGHTS_NAME)) return {(dir / utils::WEIGHTS_NAME).string()};
-    if (fs::is_regular_file(dir / utils::SAFE_WEIGHTS_NAME)) return {(dir / utils::SAFE_WEIGHTS_NAME).string()};
-    std::vector<std::string> indexes;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.path().filename().string().ends_with(".index.json")) indexes.push_back(e.path().string());
-    }
-    if (indexes.empty()) {
-      throw ValueError(checkpoint + " is not a folder containing a `.index.json` file or a " +
-                       std::string(utils::WEIGHTS_NAME) + " or a " + std::string(utils::SAFE_WEIGHTS_NAME) + " file");
-    }
-    if (indexes.size() > 1) {
-      std::sort(indexes.begin(), indexes.end());
-      std::string names;
-      for (const auto& i : indexes) names += (names.empty() ? "" : ", ") + fs::path(i).filename().string();
-      throw ValueError(checkpoint + " containing more than one `.index.json` file, delete the irrelevant ones (" + names +
-                       ").");
-    }
-    index_file = indexes.front();
-  } else {
-    throw ValueError(
-        "`checkpoint` should be the path to a file containing a whole state dict, or the index of a sharded "
-        "checkpoint, or a folder containing a sharded checkpoint or the whole state dict, but got " +
-        checkpoint + ".");
-  }
-  const ShardedIndex ix = read_sharded_index(*index_file);
-  std::vector<std::string> shards = ix.shard_files;
-  std::sort(shards.begin(), shards.end());
-  const fs::path folder = fs::path(*index_file).parent_path();
-  for (auto& s : shards) s = (folder / s).string();
-  return shards;
-}
 
 /// True when `name` lies in one of `modules`: a module name matches whole dotted components of
 /// the tensor name, anywhere in it ("lm_head" keeps "lm_head.weight" and "model.lm_head.bias").
@@ -190,19 +147,19 @@ class CheckpointLoader {
   /// Reads one checkpoint file and places each of its tensors.
   void load_file(const std::string& file) {
     if (file.ends_with(".safetensors")) {
-      const auto f = SafetensorsFile::open(file);
-      check_safetensors_format(f);
+      const auto f = io::SafetensorsFile::open(file);
+      io::check_safetensors_format(f);
       const std::string abs = std::filesystem::absolute(file).lexically_normal().string();
       for (const auto& name : f.keys()) place(name, f.tensor(name), file, &abs);
     } else {
-      for (const auto& [name, t] : load_torch_bin(file)) place(name, t, file, nullptr);
+      for (const auto& [name, t] : io::load_torch_bin(file)) place(name, t, file, nullptr);
     }
   }
 
   /// Saves the offload index, loads back the parked CPU weights and lists the missing keys.
   LoadResult finish(std::vector<std::string> files) {
-    if (o_.offload_folder) save_offload_index(result_.offload_index, *o_.offload_folder);
-    if (state_dict_folder_) load_offloaded_weights(model_, state_dict_index_, state_dict_folder_->path());
+    if (o_.offload_folder) io::save_offload_index(result_.offload_index, *o_.offload_folder);
+    if (state_dict_folder_) io::load_offloaded_weights(model_, state_dict_index_, state_dict_folder_->path());
     for (const auto& name : order_) {
       if (!loaded_.count(cells_.at(name).get())) result_.missing_keys.push_back(name);
     }
@@ -242,7 +199,7 @@ class CheckpointLoader {
         result_.offload_index[name] = {
             {"safetensors_file", *safetensors_path}, {"weight_name", name}, {"dtype", std::string(dtype_name(target))}};
       } else {
-        offload_weight(value.to(Device::cpu(), target), name, *o_.offload_folder, &result_.offload_index);
+        io::offload_weight(value.to(Device::cpu(), target), name, *o_.offload_folder, &result_.offload_index);
       }
       return;
     }
@@ -250,7 +207,7 @@ class CheckpointLoader {
     if (materialised_.count(cell)) return;  // a tied name already filled this cell
     if (device.is_cpu() && state_dict_folder_) {
       park_on_meta(cell, value, target);
-      offload_weight(value.to(Device::cpu(), target), name, state_dict_folder_->path(), &state_dict_index_);
+      io::offload_weight(value.to(Device::cpu(), target), name, state_dict_folder_->path(), &state_dict_index_);
       return;
     }
     nn::set_module_tensor_to_device(model_, name, device, value, new_dtype);
@@ -276,12 +233,12 @@ class CheckpointLoader {
   std::unordered_set<const nn::Parameter*> loaded_, materialised_;
   std::unordered_set<std::string> unexpected_seen_;
   std::optional<TempFolder> state_dict_folder_;
-  OffloadIndex state_dict_index_ = OffloadIndex::object();
+  io::OffloadIndex state_dict_index_ = io::OffloadIndex::object();
   LoadResult result_;
 };
 
 /// Accelerate's check_tied_parameters_on_same_device, as a warning on `out`.
-inline void warn_tied_on_different_devices(const std::vector<std::vector<std::string>>& tied, const plan::DeviceMap& dm,
+inline void warn_tied_on_different_devices(const std::vector<std::vector<std::string>>& tied, const DeviceMap& dm,
                                            std::ostream* out) {
   if (!out) return;
   for (const auto& group : tied) {
@@ -323,10 +280,10 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
   }
   if (has_disk) std::filesystem::create_directories(*options.offload_folder);
 
-  const std::vector<std::string> files = resolve_checkpoint_files(checkpoint);
+  const std::vector<std::string> files = io::resolve_checkpoint_files(checkpoint);
   detail::CheckpointLoader loader(model, options);
   {
-    ProgressBar bar("Loading checkpoint shards", files.size(), options.show_progress && files.size() > 1);
+    io::ProgressBar bar("Loading checkpoint shards", files.size(), options.show_progress && files.size() > 1);
     for (const auto& f : files) {
       loader.load_file(f);
       bar.update();
@@ -350,10 +307,11 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
   return result;
 }
 
-}  // namespace accel::io
+}  // namespace accel::dispatch
 
 namespace accel {
-using io::load_checkpoint_in_model;
-using io::LoadCheckpointOptions;
-using io::LoadResult;
+using dispatch::in_keep_in_fp32_modules;
+using dispatch::load_checkpoint_in_model;
+using dispatch::LoadCheckpointOptions;
+using dispatch::LoadResult;
 }  // namespace accel

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "accel/core/memory_stats.hpp"
-#include "accel/io/load_checkpoint.hpp"
+#include "accel/dispatch/load_checkpoint.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/io/sharding.hpp"
 #include "accel/io/torch_bin_write.hpp"

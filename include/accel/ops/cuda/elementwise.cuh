@@ -13,7 +13,7 @@
 #include <string>
 
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/backend/cuda/ops_gemm.cuh"
+#include "accel/ops/cuda/gemm.cuh"
 #include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 

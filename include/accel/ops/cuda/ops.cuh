@@ -14,11 +14,11 @@
 #pragma once
 
 #include "accel/backend/cuda/kernels.cuh"
-#include "accel/backend/cuda/ops_attention.cuh"
-#include "accel/backend/cuda/ops_elementwise.cuh"
-#include "accel/backend/cuda/ops_gemm.cuh"
-#include "accel/backend/cuda/ops_misc.cuh"
-#include "accel/backend/cuda/ops_norm.cuh"
+#include "accel/ops/cuda/attention.cuh"
+#include "accel/ops/cuda/elementwise.cuh"
+#include "accel/ops/cuda/gemm.cuh"
+#include "accel/ops/cuda/misc.cuh"
+#include "accel/ops/cuda/norm.cuh"
 #include "accel/ops/cuda_table.hpp"
 
 namespace accel::cuda::detail {
