@@ -4,5 +4,5 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 build=$("$root/scripts/configure.sh" -DACCEL_BUILD_TESTS=OFF -DACCEL_BUILD_BENCHMARKS=OFF)
-cmake --build "$build" --target quickstart
-"$build/examples/quickstart" "$@"
+cmake --build "$build" --target big_model_inference
+"$build/examples/big_model_inference" "$@"

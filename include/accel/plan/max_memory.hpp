@@ -134,4 +134,7 @@ inline MaxMemory parse_max_memory(std::string_view text) {
 
 namespace accel {
 using plan::get_max_memory;
+using plan::MaxMemory;
+using plan::MemoryKey;
+using plan::parse_max_memory;
 }  // namespace accel
