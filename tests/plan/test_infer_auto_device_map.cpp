@@ -2,10 +2,12 @@
 
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "accel/nn/spec.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/runtime_reserve.hpp"
+#include "accel/policy/policies.hpp"
 
 using namespace accel;
 using plan::MaxMemory;
@@ -116,4 +118,41 @@ TEST_CASE("The runtime reserve shrinks budgets; without it maps are Accelerate's
   CHECK(dump(infer_auto_device_map(*m, gpus({237}), o)) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
   MaxMemory with_mps{{MemoryKey::mps(), ByteSize(100)}};
   CHECK_THROWS_AS(infer_auto_device_map(*m, with_mps), DeviceError);
+}
+
+TEST_CASE("A policy bundle sizes in its precision and keeps room for prefetched layers", "[plan][infer][policy]") {
+  auto m = spec("toy_model_for_test");  // linear1 64, batchnorm 72, linear2 100 bytes in f32
+  using Plain = policies<>;
+  const auto plain = infer_auto_device_map<Plain>(*m, gpus({236}));
+  STATIC_REQUIRE(std::is_same_v<std::remove_cvref_t<decltype(plain)>, BasicDeviceMap<Plain>>);
+  STATIC_REQUIRE(std::is_base_of_v<DeviceMap, BasicDeviceMap<Plain>>);
+  CHECK(dump(plain) == dump(infer_auto_device_map(*m, gpus({236}))));
+
+  // prefetch<2> keeps two more of the largest layer (100 bytes) free on the execution device.
+  using Prefetch2 = policies<policy::prefetch<2>>;
+  CHECK(offload_policy_reserve<Prefetch2>(*m, gpus({436, 500}), {}) == MaxMemory{{MemoryKey::gpu(0), ByteSize(200)}});
+  CHECK(offload_policy_reserve<Prefetch2>(*m, {{MemoryKey::cpu(), ByteSize(1000)}}, {}) ==
+        MaxMemory{{MemoryKey::cpu(), ByteSize(200)}});
+  CHECK(offload_policy_reserve<policies<policy::sync_offload>>(*m, gpus({436}), {}).empty());
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({436}))) == R"({"":0})");
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({435}))) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
+  // The policy's reserve adds to the caller's.
+  plan::InferOptions with_reserve;
+  with_reserve.reserve = {{MemoryKey::gpu(0), ByteSize(10)}};
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({446}), with_reserve)) == R"({"":0})");
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({445}), with_reserve)) != R"({"":0})");
+
+  // bf16 sizes floating weights in two bytes: the model needs half of the f32 budget.
+  using Bf16 = policies<policy::bf16>;
+  plan::InferOptions bf16_sizes;
+  bf16_sizes.sizes.dtype = DType::bf16;
+  for (std::int64_t budget : {100, 118, 119, 130, 236}) {
+    INFO("budget " << budget);
+    CHECK(dump(infer_auto_device_map<Bf16>(*m, gpus({budget}))) == dump(infer_auto_device_map(*m, gpus({budget}), bf16_sizes)));
+  }
+  CHECK(dump(infer_auto_device_map<Bf16>(*m, gpus({130}))) != dump(infer_auto_device_map(*m, gpus({130}))));
+  // An explicit dtype in the options wins over the policy's.
+  plan::InferOptions f32_sizes;
+  f32_sizes.sizes.dtype = DType::f32;
+  CHECK(dump(infer_auto_device_map<Bf16>(*m, gpus({130}), f32_sizes)) == dump(infer_auto_device_map(*m, gpus({130}))));
 }

@@ -4,6 +4,7 @@
 //   clean_device_map(dm)          groups children that share a device under their parent
 //   check_device_map(model, dm)   every tensor covered by exactly one key (ValueError otherwise)
 //   to_json(dm) / device_map_from_json(j)   {"transformer.h.0": 0, "lm_head": "cpu"}
+//   BasicDeviceMap<policies<bf16, prefetch<2>>>   a DeviceMap that names its policy bundle
 #pragma once
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/nn/module.hpp"
+#include "accel/policy/policies.hpp"
 
 namespace accel::plan {
 
@@ -82,6 +84,18 @@ class DeviceMap {
 
  private:
   std::vector<Entry> entries_;
+};
+
+/// A DeviceMap that names the policy bundle its model runs under (DESIGN.md: DeviceMap takes a
+/// bundle with defaults). It adds no data and is a DeviceMap, so every function taking one takes
+/// it; the type carries, at compile time, the precision the weights are held in and how offloaded
+/// weights travel, for the planner (infer_auto_device_map<P>) and for dispatch.
+template <PolicyBundle Policies = default_policies>
+class BasicDeviceMap : public DeviceMap {
+ public:
+  using policies = Policies;
+  BasicDeviceMap() = default;
+  explicit BasicDeviceMap(DeviceMap dm) : DeviceMap(std::move(dm)) {}
 };
 
 namespace detail {
@@ -195,6 +209,7 @@ inline void check_device_map(const nn::Module& model, const DeviceMap& dm) {
 }  // namespace accel::plan
 
 namespace accel {
+using plan::BasicDeviceMap;
 using plan::check_device_map;
 using plan::clean_device_map;
 using plan::DeviceMap;

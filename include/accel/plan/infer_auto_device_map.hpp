@@ -15,8 +15,8 @@
 #pragma once
 
 #include <algorithm>
-#include <optional>
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <unordered_map>
@@ -30,6 +30,7 @@
 #include "accel/plan/max_memory.hpp"
 #include "accel/plan/model_index.hpp"
 #include "accel/plan/module_sizes.hpp"
+#include "accel/policy/policies.hpp"
 
 namespace accel::plan {
 
@@ -404,9 +405,48 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory&
   return dm;
 }
 
+/// The reserve an offload policy adds: prefetch<N> keeps N more of the largest layers free on the
+/// execution device (the lowest GPU in `max_memory`, else the cpu) for the staging buffers of
+/// weights travelling in while a block computes. Accelerate copies synchronously and keeps one.
+template <PolicyBundle P>
+MaxMemory offload_policy_reserve(const nn::Module& model, const MaxMemory& max_memory, const InferOptions& opts) {
+  constexpr std::size_t depth = P::offload::prefetch_depth;
+  if constexpr (depth == 0) {
+    return {};
+  } else {
+    MemoryKey exec = MemoryKey::cpu();
+    for (const auto& [k, v] : max_memory) {
+      if (k.kind == MemoryKey::Kind::gpu && (exec.kind != MemoryKey::Kind::gpu || k.index < exec.index)) exec = k;
+    }
+    const ByteSize layer = get_max_layer_size(model, std::nullopt, opts.no_split_module_classes, opts.sizes).max_size;
+    return {{exec, layer * static_cast<std::int64_t>(depth)}};
+  }
+}
+
+/// infer_auto_device_map under a policy bundle: when the bundle names a precision, weights are
+/// sized in its storage dtype (unless opts.sizes.dtype names one), and the offload policy's staging reserve
+/// (offload_policy_reserve) is added to opts.reserve. With default_policies the map equals the
+/// plain function's, that is Accelerate's.
+template <PolicyBundle P>
+BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, const MaxMemory& max_memory, InferOptions opts = {}) {
+  if (!opts.sizes.dtype && P::precision_search::count > 0) {
+    opts.sizes.dtype = P::precision::storage_dtype;
+  }
+  for (const auto& [key, extra] : offload_policy_reserve<P>(model, max_memory, opts)) {
+    auto it = std::find_if(opts.reserve.begin(), opts.reserve.end(), [&](const auto& e) { return e.first == key; });
+    if (it == opts.reserve.end()) {
+      opts.reserve.emplace_back(key, extra);
+    } else {
+      it->second = it->second + extra;
+    }
+  }
+  return BasicDeviceMap<P>(infer_auto_device_map(model, max_memory, static_cast<const InferOptions&>(opts)));
+}
+
 }  // namespace accel::plan
 
 namespace accel {
 using plan::infer_auto_device_map;
+using plan::offload_policy_reserve;
 using plan::InferOptions;
 }  // namespace accel
