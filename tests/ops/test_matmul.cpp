@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "accel/backend/cpu/dnnl_matmul.hpp"
+#include "accel/core/memory_stats.hpp"
 #include "accel/ops/matmul.hpp"
 #include "test_util.hpp"
 
@@ -234,4 +235,52 @@ TEST_CASE("matmul primitives are cached by shape", "[ops][matmul]") {
   REQUIRE(accel::backend::cpu::dnnl_matmul_cache_size() == n);
   ops::matmul(random_tensor({4, 11}, 52), b);
   REQUIRE(accel::backend::cpu::dnnl_matmul_cache_size() == n + 1);
+}
+
+TEST_CASE("matmul_out writes into the caller's buffer", "[ops][matmul]") {
+  const Tensor a = random_tensor({7, 13}, 21), b = random_tensor({13, 5}, 22);
+  const std::vector<double> expect = values(ops::matmul(a, b));
+
+  SECTION("f32 contiguous: oneDNN writes the buffer, nothing is allocated") {
+    Tensor out = Tensor::empty({7, 5}, DType::f32);
+    const void* where = out.data_ptr();
+    const auto before = accel::memory_stats(accel::Device::cpu());
+    Tensor& r = ops::matmul_out(out, a, b);
+    const auto after = accel::memory_stats(accel::Device::cpu());
+    CHECK(&r == &out);
+    CHECK(out.data_ptr() == where);
+    CHECK(after.num_allocs == before.num_allocs);
+    require_close(out, expect, 0, 0);
+  }
+  SECTION("batched and broadcast") {
+    const Tensor ab = random_tensor({3, 7, 13}, 23), bb = random_tensor({1, 13, 5}, 24);
+    Tensor out = Tensor::empty({3, 7, 5}, DType::f32);
+    ops::matmul_out(out, ab, bb);
+    require_close(out, values(ops::matmul(ab, bb)), 0, 0);
+  }
+  SECTION("a strided out and a bf16 out receive a copy of the result") {
+    Tensor wide = Tensor::zeros({7, 9}, DType::f32);
+    Tensor view = wide.narrow(1, 2, 5);
+    ops::matmul_out(view, a, b);
+    require_close(view, expect, 0, 0);
+    CHECK(values(wide.narrow(1, 0, 2)) == std::vector<double>(14, 0.0));
+    const Tensor a16 = a.to(DType::bf16), b16 = b.to(DType::bf16);
+    Tensor out16 = Tensor::empty({7, 5}, DType::bf16);
+    ops::matmul_out(out16, a16, b16);
+    CHECK(values(out16) == values(ops::matmul(a16, b16)));
+  }
+  SECTION("an out of the wrong shape, dtype or device is refused, naming both") {
+    Tensor wrong = Tensor::empty({5, 7}, DType::f32);
+    CHECK_THROWS_AS(ops::matmul_out(wrong, a, b), accel::ShapeError);
+    CHECK_THROWS_WITH(ops::matmul_out(wrong, a, b), Catch::Contains("[5, 7]") && Catch::Contains("[7, 5]"));
+    Tensor f16 = Tensor::empty({7, 5}, DType::f16);
+    CHECK_THROWS_AS(ops::matmul_out(f16, a, b), accel::ShapeError);
+    Tensor meta = Tensor::empty({7, 5}, DType::f32, accel::Device::meta());
+    CHECK_THROWS_AS(ops::matmul_out(meta, a, b), accel::ShapeError);
+  }
+  SECTION("empty inner dimension fills out with zeros") {
+    Tensor out = Tensor::full({2, 3}, 7.0f);
+    ops::matmul_out(out, Tensor::empty({2, 0}, DType::f32), Tensor::empty({0, 3}, DType::f32));
+    CHECK(values(out) == std::vector<double>(6, 0.0));
+  }
 }

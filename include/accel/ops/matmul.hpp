@@ -113,10 +113,11 @@ inline Tensor cast_result(const Tensor& out_f32, DType dtype) {
 
 }  // namespace detail
 
-/// torch.matmul for 2-d and batched operands (at least 2-d each). Batch dims broadcast; a 2-d
-/// `b` is shared by every row of `a`. The result has the operands' dtype (they must match).
-inline Tensor matmul(const Tensor& a, const Tensor& b) {
-  constexpr const char* op = "matmul";
+namespace detail {
+/// matmul, writing into `*out_arg` when given (checked against the result's shape, dtype and
+/// device). An f32 contiguous cpu `out` receives oneDNN's output directly: no allocation.
+inline Tensor matmul_into(const Tensor& a, const Tensor& b, const Tensor* out_arg) {
+  const char* op = out_arg ? "matmul_out" : "matmul";
   detail::check_float(op, "a", a);
   detail::check_float(op, "b", b);
   detail::check_same_dtype(op, a, b);
@@ -143,14 +144,29 @@ inline Tensor matmul(const Tensor& a, const Tensor& b) {
     out_shape.push_back(N);
   }
   const Device dev = detail::placement_of(op, {&a, &b});
-  if (dev.is_meta()) return Tensor::empty(out_shape, a.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().matmul, op)(a, b);
-  if (out_shape.numel() == 0 || K == 0) return Tensor::zeros(out_shape, a.dtype());
+  if (out_arg) {
+    if (out_arg->shape() != out_shape || out_arg->dtype() != a.dtype() || out_arg->device() != dev) {
+      throw ShapeError(std::string(op) + ": out is " + out_arg->shape().str() + " " + std::string(dtype_name(out_arg->dtype())) +
+                       " on " + out_arg->device().str() + ", the product of " + a.shape().str() + " and " +
+                       b.shape().str() + " is " + out_shape.str() + " " + std::string(dtype_name(a.dtype())) + " on " + dev.str());
+    }
+  }
+  // Results computed elsewhere than in `out` end up in it.
+  auto deliver = [&](Tensor r) {
+    if (!out_arg) return r;
+    Tensor o = *out_arg;
+    if (!(r.storage() == o.storage() && r.data_ptr() == o.data_ptr())) o.copy_(r);
+    return o;
+  };
+  if (dev.is_meta()) return out_arg ? *out_arg : Tensor::empty(out_shape, a.dtype(), dev);
+  if (dev.is_cuda()) return deliver(require_cuda_op(cuda_ops().matmul, op)(a, b));
+  if (out_shape.numel() == 0 || K == 0) return deliver(Tensor::zeros(out_shape, a.dtype()));
 
   using backend::cpu::MatmulProblem;
   Tensor af = a.dtype() == DType::f32 ? a : a.to(DType::f32);
   Tensor bf = b.dtype() == DType::f32 ? b : b.to(DType::f32);
-  Tensor out = Tensor::empty(out_shape, DType::f32);
+  const bool direct = out_arg && out_arg->dtype() == DType::f32 && out_arg->is_contiguous();
+  Tensor out = direct ? *out_arg : Tensor::empty(out_shape, DType::f32);
   MatmulProblem p;
   p.k = K;
   p.n = N;
@@ -171,7 +187,7 @@ inline Tensor matmul(const Tensor& a, const Tensor& b) {
     p.a = *la;
     p.b = *lb;
     backend::cpu::dnnl_matmul(p, a2.data_ptr(), bf.data_ptr(), out.data_ptr());
-    return detail::cast_result(out, a.dtype());
+    return deliver(detail::cast_result(out, a.dtype()));
   }
   const std::size_t nb = batch.size();
   Shape a_full = batch, b_full = batch;
@@ -193,7 +209,21 @@ inline Tensor matmul(const Tensor& a, const Tensor& b) {
   p.a = *la;
   p.b = *lb;
   backend::cpu::dnnl_matmul(p, ae.data_ptr(), be.data_ptr(), out.data_ptr());
-  return detail::cast_result(out, a.dtype());
+  return deliver(detail::cast_result(out, a.dtype()));
+}
+}  // namespace detail
+
+/// torch.matmul for 2-d and batched operands (at least 2-d each). Batch dims broadcast; a 2-d
+/// `b` is shared by every row of `a`. The result has the operands' dtype (they must match).
+inline Tensor matmul(const Tensor& a, const Tensor& b) { return detail::matmul_into(a, b, nullptr); }
+
+/// torch.matmul(a, b, out=out) in libtorch's spelling: the product is written into `out`, which
+/// must already have the result's shape, dtype and device (ShapeError otherwise; unlike torch it
+/// is never resized). Engines that reuse their buffers skip the allocation and the page faults
+/// of a fresh result; an f32 contiguous cpu `out` is written by oneDNN directly.
+inline Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  detail::matmul_into(a, b, &out);
+  return out;
 }
 
 /// torch.nn.functional.linear: x[..., in] times weight[out, in] transposed, plus bias[out] when
