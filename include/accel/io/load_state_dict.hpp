@@ -9,7 +9,8 @@
 // device-map key that is its name or a dotted prefix of it (DeviceMap::lookup; "" matches
 // everything); weights with no key, or placed on "disk" or "meta", load on the CPU (as mapped
 // views). Accelerate attaches a weight to every matching key and lets the last device win; the
-// longest match is what it means.
+// longest match is what it means. The map is any PlacementLookup (DeviceMap from the plan layer,
+// or a type of the caller's with `lookup(name) -> optional<Placement>`), so io needs no planner.
 // A safetensors "format" metadata other than "pt" is refused as Accelerate refuses it.
 #pragma once
 
