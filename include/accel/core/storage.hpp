@@ -100,8 +100,11 @@ class Storage {
     try {
       if (device.is_cpu()) {
         impl->kind_ = MemoryKind::host;
+        // nothrow: a failed request must come back here as null (sanitizer runtimes abort inside
+        // a throwing operator new instead of throwing bad_alloc).
         impl->data_ = static_cast<std::byte*>(
-            ::operator new(nbytes ? nbytes : 1, std::align_val_t(host_alignment)));
+            ::operator new(nbytes ? nbytes : 1, std::align_val_t(host_alignment), std::nothrow));
+        if (!impl->data_) throw std::bad_alloc();
       } else {
         impl->kind_ = MemoryKind::cuda;
         impl->data_ = static_cast<std::byte*>(device_backend(device).allocate(device.index(), nbytes));
