@@ -6,7 +6,7 @@
 // the like-for-like row) and matmul, which allocates its result; on machines where fresh pages
 // fault slowly the difference is the price of that allocation, not of the GEMM.
 //
-//   bench_gemm [--benchmark_min_time=0.1] [--benchmark_repetitions=3]
+//   bench_gemm [--benchmark_min_time=0.1] [--benchmark_repetitions=5]
 //
 // Prints Google Benchmark's table, then a summary of the medians with the ratio to oneDNN.
 #include <benchmark/benchmark.h>
@@ -200,11 +200,16 @@ class MedianCollector : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + 1);
-  std::string min_time = "--benchmark_min_time=0.1", reps = "--benchmark_repetitions=3";
+  // Repetitions of every benchmark are interleaved in random order, so that the drift of a shared
+  // machine (other tenants, frequency) falls on accel and oneDNN alike instead of on whichever
+  // ran during a slow minute.
+  std::string min_time = "--benchmark_min_time=0.1", reps = "--benchmark_repetitions=5";
   std::string aggr = "--benchmark_report_aggregates_only=true";
+  std::string interleave = "--benchmark_enable_random_interleaving=true";
   args.push_back(min_time.data());
   args.push_back(reps.data());
   args.push_back(aggr.data());
+  args.push_back(interleave.data());
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
