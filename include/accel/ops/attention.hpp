@@ -94,10 +94,9 @@ inline void sdpa_blocked_gemm(const SdpaArgs& a) {
 
 }  // namespace detail
 
-/// Attention softmax(q k^T * scale [+ causal mask]) v over [B, H, T, D] tensors; see the header
-/// comment for grouped heads and the end-aligned causal mask. Default scale: 1 / sqrt(D).
-inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           bool is_causal = true, std::optional<double> scale = std::nullopt) {
+namespace detail {
+inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                        std::optional<double> scale) {
   constexpr const char* op = "scaled_dot_product_attention";
   detail::check_float(op, "query", q);
   detail::check_float(op, "key", k);
@@ -167,6 +166,19 @@ inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, con
     }
   });
   return out;
+}
+}  // namespace detail
+
+/// Attention softmax(q k^T * scale [+ causal mask]) v over [B, H, T, D] tensors; see the header
+/// comment for grouped heads and the end-aligned causal mask. Default scale: 1 / sqrt(D). Inside
+/// an autocast scope, f32 / f16 / bf16 operands are first cast to the scope's dtype.
+inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           bool is_causal = true, std::optional<double> scale = std::nullopt) {
+  if (core::is_autocast_enabled()) {
+    return detail::sdpa_impl(detail::autocast_operand(q), detail::autocast_operand(k),
+                             detail::autocast_operand(v), is_causal, scale);
+  }
+  return detail::sdpa_impl(q, k, v, is_causal, scale);
 }
 
 }  // namespace accel::ops

@@ -215,20 +215,25 @@ inline Tensor matmul_into(const Tensor& a, const Tensor& b, const Tensor* out_ar
 
 /// torch.matmul for 2-d and batched operands (at least 2-d each). Batch dims broadcast; a 2-d
 /// `b` is shared by every row of `a`. The result has the operands' dtype (they must match).
-inline Tensor matmul(const Tensor& a, const Tensor& b) { return detail::matmul_into(a, b, nullptr); }
+/// Inside an autocast scope, f32 / f16 / bf16 operands are first cast to the scope's dtype.
+inline Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (core::is_autocast_enabled()) {
+    return detail::matmul_into(detail::autocast_operand(a), detail::autocast_operand(b), nullptr);
+  }
+  return detail::matmul_into(a, b, nullptr);
+}
 
 /// torch.matmul(a, b, out=out) in libtorch's spelling: the product is written into `out`, which
 /// must already have the result's shape, dtype and device (ShapeError otherwise; unlike torch it
-/// is never resized). Engines that reuse their buffers skip the allocation and the page faults
+/// is never resized; like torch, autocast does not apply to it). Engines that reuse their buffers skip the allocation and the page faults
 /// of a fresh result; an f32 contiguous cpu `out` is written by oneDNN directly.
 inline Tensor& matmul_out(Tensor& out, const Tensor& a, const Tensor& b) {
   detail::matmul_into(a, b, &out);
   return out;
 }
 
-/// torch.nn.functional.linear: x[..., in] times weight[out, in] transposed, plus bias[out] when
-/// defined. The weight is read in place through a transposed layout, never copied (f32).
-inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}) {
+namespace detail {
+inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   constexpr const char* op = "linear";
   detail::check_float(op, "input", x);
   detail::check_float(op, "weight", weight);
@@ -295,6 +300,19 @@ inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias =
   backend::cpu::dnnl_matmul(p, x2.data_ptr(), wf.data_ptr(), out.data_ptr(),
                             p.has_bias ? bias_f.data_ptr<float>() : nullptr);
   return detail::cast_result(out, x.dtype());
+}
+
+}  // namespace detail
+
+/// torch.nn.functional.linear: x[..., in] times weight[out, in] transposed, plus bias[out] when
+/// defined. The weight is read in place through a transposed layout, never copied (f32). Inside
+/// an autocast scope, f32 / f16 / bf16 operands are first cast to the scope's dtype.
+inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}) {
+  if (core::is_autocast_enabled()) {
+    return detail::linear_impl(detail::autocast_operand(x), detail::autocast_operand(weight),
+                               detail::autocast_operand(bias));
+  }
+  return detail::linear_impl(x, weight, bias);
 }
 
 /// Integer GEMM for int8 quantization: u8 [M,K] x s8 [K,N] accumulated exactly into i32 [M,N].

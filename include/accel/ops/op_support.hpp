@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "accel/core/autocast_state.hpp"
 #include "accel/core/convert.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
@@ -120,6 +121,14 @@ inline float* out_row(DType d, void* dst, float* buf) {
 /// Byte address of element `index` of a contiguous-or-strided tensor's storage.
 inline const std::byte* element_ptr(const Tensor& t, std::int64_t offset_elems) {
   return static_cast<const std::byte*>(t.data_ptr()) + offset_elems * static_cast<std::int64_t>(t.element_size());
+}
+
+/// The operand as an autocast-eligible op sees it: cast to the active autocast scope's dtype when
+/// it is a floating tensor of another dtype (torch.autocast casts the same way, per call).
+inline Tensor autocast_operand(const Tensor& t) {
+  if (!t.defined()) return t;
+  const DType target = core::autocast_target(t.dtype());
+  return target == t.dtype() ? t : t.to(target);
 }
 
 }  // namespace accel::ops::detail
