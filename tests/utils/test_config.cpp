@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "accel/utils/config.hpp"
+#include "accel/utils/state.hpp"
 
 namespace fs = std::filesystem;
 namespace utils = accel::utils;
@@ -61,9 +62,6 @@ TEST_CASE("write_basic_config validates and the default location follows the env
     CHECK_FALSE(accel::read_config().has_value());  // no file yet
     CHECK(accel::write_basic_config() == dir / "explicit.json");
     CHECK(accel::read_config()->mixed_precision == accel::PrecisionType::no);
-    // The start-up config is read once, from the default location.
-    REQUIRE(utils::startup_config().has_value());
-    CHECK(utils::startup_config()->mixed_precision == accel::PrecisionType::no);
   }
   {
     auto none = accel::clear_environment();
@@ -93,5 +91,60 @@ TEST_CASE("read_config rejects malformed files with the file named", "[utils]") 
   CHECK(c->distributed_type == accel::DistributedType::multi_cpu);
   CHECK(c->num_processes == 4);
   CHECK(c->mixed_precision == accel::PrecisionType::no);  // missing keys keep defaults
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the library starts with the config file, overridden by the environment", "[utils]") {
+  const auto dir = fresh_dir("state");
+  const auto path = dir / "default_config.json";
+  std::ofstream(path) << R"({"mixed_precision": "bf16", "distributed_type": "MULTI_CPU", "num_processes": 4,
+                             "use_cpu": true, "debug": true})";
+  {
+    auto none = accel::clear_environment();
+    auto env = accel::patch_environment({{"ACCEL_CONFIG_FILE", path.string()}});
+    utils::reload_library_state();
+    const auto& s = accel::library_state();
+    CHECK(s.config_file == path);
+    CHECK(s.mixed_precision == accel::PrecisionType::bf16);
+    CHECK(s.distributed_type == accel::DistributedType::multi_cpu);
+    CHECK(s.num_processes == 4);
+    CHECK(s.use_cpu);
+    CHECK(accel::is_debug_mode());
+    {
+      // The configured precision drives the default autocast scope.
+      auto scope = accel::default_autocast();
+      CHECK(accel::autocast_dtype() == accel::DType::bf16);
+    }
+    CHECK_FALSE(accel::autocast_dtype().has_value());
+    {
+      // What a launcher exports wins over the file, as with `accelerate launch`.
+      auto launch = accel::patch_environment({{"ACCELERATE_MIXED_PRECISION", "fp16"}, {"WORLD_SIZE", "2"},
+                                              {"ACCELERATE_DEBUG_MODE", "0"}, {"ACCELERATE_DISTRIBUTED_TYPE", "NO"}});
+      utils::reload_library_state();
+      CHECK(accel::library_state().mixed_precision == accel::PrecisionType::fp16);
+      CHECK(accel::library_state().num_processes == 2);
+      CHECK(accel::library_state().distributed_type == accel::DistributedType::no);
+      CHECK_FALSE(accel::is_debug_mode());
+      auto scope = accel::default_autocast();
+      CHECK(accel::autocast_dtype() == accel::DType::f16);
+    }
+    {
+      auto bad = accel::patch_environment({{"WORLD_SIZE", "two"}});
+      CHECK_THROWS_WITH(utils::reload_library_state(), Catch::Contains("WORLD_SIZE"));
+    }
+    {
+      auto bad = accel::patch_environment({{"ACCELERATE_MIXED_PRECISION", "fp7"}});
+      CHECK_THROWS_WITH(utils::reload_library_state(), Catch::Contains("ACCELERATE_MIXED_PRECISION"));
+    }
+    // A malformed file is reported with its name; no file at all means the defaults.
+    std::ofstream(path, std::ios::trunc) << "{ oops";
+    CHECK_THROWS_WITH(utils::reload_library_state(), Catch::Contains(path.string()));
+    fs::remove(path);
+    utils::reload_library_state();
+    CHECK_FALSE(accel::library_state().config_file.has_value());
+    CHECK(accel::library_state().mixed_precision == accel::PrecisionType::no);
+    CHECK(accel::library_state().num_processes == 1);
+  }
+  utils::reload_library_state();
   fs::remove_all(dir);
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "accel/utils/environment.hpp"
+#include "accel/utils/state.hpp"
 #include "accel/utils/versions.hpp"
 
 namespace utils = accel::utils;

@@ -3,7 +3,7 @@
 //   write_basic_config(mixed_precision = "no", save_location = default_config_file())
 //       -> the path written, or nullopt when a file is already there (never overwritten)
 //   read_config(path = default_config_file()) -> optional<ClusterConfig> (nullopt: no file)
-//   startup_config()                        read_config() of the default location, once
+//   library_state() (utils/state.hpp)       what the library runs with: this file under the environment
 //   default_config_file(): $ACCEL_CONFIG_FILE, else $XDG_CACHE_HOME/accel/default_config.json,
 //                          else ~/.cache/accel/default_config.json
 //
@@ -163,13 +163,6 @@ inline std::optional<ClusterConfig> read_config(std::filesystem::path path = {})
                       std::to_string(c.num_processes));
   }
   return c;
-}
-
-/// The config the library starts with: read_config() of the default location, once, at first use
-/// (nullopt when there is no file). A malformed file throws FormatError on each call until fixed.
-inline const std::optional<ClusterConfig>& startup_config() {
-  static const std::optional<ClusterConfig> config = read_config();
-  return config;
 }
 
 }  // namespace accel::utils

@@ -4,7 +4,6 @@
 //   auto none = clear_environment();                 empty environment; the old one restored at exit
 //   str_to_bool(s), parse_flag_from_env(key, default)
 //   is_cuda_available is_bf16_available is_fp8_available is_nccl_available is_mpi_available is_dnnl_available
-//   is_debug_mode()                                   ACCEL_DEBUG_MODE / ACCELERATE_DEBUG_MODE, read once
 //
 // The scopes edit the process environment (setenv), which is not thread-safe: use them where no
 // other thread reads the environment, as in tests and at start-up.
@@ -149,34 +148,6 @@ inline bool parse_flag_from_env(const std::string& key, bool default_value = fal
   return v ? str_to_bool(*v) : default_value;
 }
 
-/// Library state read from the environment once, at first use.
-struct LibraryState {
-  bool debug_mode = false;  ///< ACCEL_DEBUG_MODE, else ACCELERATE_DEBUG_MODE: extra shape checks in collectives
-};
-
-namespace detail {
-inline LibraryState read_library_state() {
-  LibraryState s;
-  if (get_env("ACCEL_DEBUG_MODE")) {
-    s.debug_mode = parse_flag_from_env("ACCEL_DEBUG_MODE");
-  } else {
-    s.debug_mode = parse_flag_from_env("ACCELERATE_DEBUG_MODE");
-  }
-  return s;
-}
-inline LibraryState& library_state_slot() {
-  static LibraryState s = read_library_state();
-  return s;
-}
-}  // namespace detail
-
-/// The state read at start-up.
-inline const LibraryState& library_state() { return detail::library_state_slot(); }
-/// Re-reads the environment (after patch_environment in a test, say); not thread-safe.
-inline void reload_library_state() { detail::library_state_slot() = detail::read_library_state(); }
-/// Debug mode (ACCEL_DEBUG_MODE or ACCELERATE_DEBUG_MODE), as read once at start-up.
-inline bool is_debug_mode() { return library_state().debug_mode; }
-
 /// A CUDA backend is compiled in and sees a GPU.
 inline bool is_cuda_available() { return accel::cuda_is_available(); }
 /// bf16 tensors can be stored and converted on every device (conversion is exact in software);
@@ -213,6 +184,5 @@ constexpr bool is_dnnl_available() noexcept {
 
 namespace accel {
 using utils::clear_environment;
-using utils::is_debug_mode;
 using utils::patch_environment;
 }  // namespace accel

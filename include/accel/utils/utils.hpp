@@ -1,6 +1,6 @@
 // The utils layer in one include: constants, Accelerate's enums and dataclasses, precision
 // mapping, autocast, loss scaling, gradient accumulation, random generators, environment,
-// config file, versions and find_executable_batch_size.
+// config file and the start-up state read from it, versions and find_executable_batch_size.
 #pragma once
 
 #include "accel/utils/autocast.hpp"
@@ -14,4 +14,5 @@
 #include "accel/utils/memory.hpp"
 #include "accel/utils/precision.hpp"
 #include "accel/utils/random.hpp"
+#include "accel/utils/state.hpp"
 #include "accel/utils/versions.hpp"
