@@ -19,17 +19,30 @@
 //
 // validate() throws ValueError naming the field, the value and what is allowed; the structs are
 // aggregates, so `GradScalerKwargs{.init_scale = 1024}` reads like Accelerate's keyword arguments.
+//
+// Each struct names its fields once (fields(), Accelerate's names and order), and
+// utils/dataclass_fields.hpp turns that table into Accelerate's spellings:
+//   to_json(s)                      {"init_scale": 65536.0, ...}; enums as their string values
+//   to_kwargs(s)                    Accelerate's KwargsHandler subclasses (all but ProjectConfiguration):
+//                                   only the fields that differ from S{}
+//   dataclass_from_json<S>(j), parse_dataclass<S>(text)
+//                                   unknown key -> UnknownFieldError, wrong type -> FieldTypeError,
+//                                   then post_init() and validate()
+//   repr(s), os << s                GradScalerKwargs(init_scale=65536.0, growth_factor=2.0, ...)
+// A timedelta (InitProcessGroupKwargs::timeout) is whole seconds in JSON; a Python dict is a JSON object.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "accel/core/errors.hpp"
+#include "accel/utils/dataclass_fields.hpp"
 #include "accel/utils/enums.hpp"
 
 namespace accel::utils {
@@ -39,6 +52,13 @@ namespace accel::utils {
 struct AutocastKwargs {
   bool enabled = true;
   std::optional<bool> cache_enabled = std::nullopt;
+
+  static constexpr auto fields() {
+    using S = AutocastKwargs;
+    return kwargs_handler_table("AutocastKwargs", field("enabled", &S::enabled),
+                                field("cache_enabled", &S::cache_enabled));
+  }
+  friend bool operator==(const AutocastKwargs&, const AutocastKwargs&) = default;
 };
 
 /// DistributedDataParallel options. dim / bucket_cap_mb / comm_hook matter to the dist layer's
@@ -54,7 +74,21 @@ struct DistributedDataParallelKwargs {
   DDPCommunicationHookType comm_hook = DDPCommunicationHookType::no;
   /// Only no / fp16 / bf16 are valid wrappers.
   DDPCommunicationHookType comm_wrapper = DDPCommunicationHookType::no;
-  std::map<std::string, std::string> comm_state_option = {};
+  /// The hook's state arguments, a Python dict (`{"matrix_approximation_rank": 2}`): a JSON object.
+  nlohmann::json comm_state_option = nlohmann::json::object();
+
+  /// Accelerate's to_dict leaves the comm_* fields out of the kwargs: they configure the hook, not DDP.
+  static constexpr auto fields() {
+    using S = DistributedDataParallelKwargs;
+    constexpr field_flags hook{.in_kwargs = false};
+    return kwargs_handler_table(
+        "DistributedDataParallelKwargs", field("dim", &S::dim), field("broadcast_buffers", &S::broadcast_buffers),
+        field("bucket_cap_mb", &S::bucket_cap_mb), field("find_unused_parameters", &S::find_unused_parameters),
+        field("check_reduction", &S::check_reduction), field("gradient_as_bucket_view", &S::gradient_as_bucket_view),
+        field("static_graph", &S::static_graph), field("comm_hook", &S::comm_hook, hook),
+        field("comm_wrapper", &S::comm_wrapper, hook), field("comm_state_option", &S::comm_state_option, hook));
+  }
+  friend bool operator==(const DistributedDataParallelKwargs&, const DistributedDataParallelKwargs&) = default;
 
   void validate() const {
     if (bucket_cap_mb <= 0) {
@@ -80,6 +114,17 @@ struct FP8RecipeKwargs {
   std::string amax_compute_algo = "most_recent";  ///< "max" or "most_recent"
   std::array<bool, 3> override_linear_precision = {false, false, false};
   std::string opt_level = "O2";  ///< MS-AMP: "O1" or "O2"
+
+  static constexpr auto fields() {
+    using S = FP8RecipeKwargs;
+    return kwargs_handler_table(
+        "FP8RecipeKwargs", field("backend", &S::backend),
+        field("use_autocast_during_eval", &S::use_autocast_during_eval), field("opt_level", &S::opt_level),
+        field("margin", &S::margin), field("interval", &S::interval), field("fp8_format", &S::fp8_format),
+        field("amax_history_len", &S::amax_history_len), field("amax_compute_algo", &S::amax_compute_algo),
+        field("override_linear_precision", &S::override_linear_precision));
+  }
+  friend bool operator==(const FP8RecipeKwargs&, const FP8RecipeKwargs&) = default;
 
   void validate() const {
     auto one_of = [](const std::string& field, const std::string& v, std::initializer_list<const char*> ok) {
@@ -109,6 +154,14 @@ struct GradScalerKwargs {
   int growth_interval = 2000;
   bool enabled = true;
 
+  static constexpr auto fields() {
+    using S = GradScalerKwargs;
+    return kwargs_handler_table("GradScalerKwargs", field("init_scale", &S::init_scale),
+                                field("growth_factor", &S::growth_factor), field("backoff_factor", &S::backoff_factor),
+                                field("growth_interval", &S::growth_interval), field("enabled", &S::enabled));
+  }
+  friend bool operator==(const GradScalerKwargs&, const GradScalerKwargs&) = default;
+
   void validate() const {
     if (!(init_scale > 0)) throw ValueError("GradScalerKwargs: init_scale must be > 0, got " + std::to_string(init_scale));
     if (!(growth_factor > 1.0)) {
@@ -129,6 +182,13 @@ struct InitProcessGroupKwargs {
   std::optional<std::string> init_method = std::nullopt;
   std::optional<std::chrono::seconds> timeout = std::nullopt;
 
+  static constexpr auto fields() {
+    using S = InitProcessGroupKwargs;
+    return kwargs_handler_table("InitProcessGroupKwargs", field("backend", &S::backend),
+                                field("init_method", &S::init_method), field("timeout", &S::timeout));
+  }
+  friend bool operator==(const InitProcessGroupKwargs&, const InitProcessGroupKwargs&) = default;
+
   /// The timeout in effect.
   std::chrono::seconds resolved_timeout() const {
     if (timeout) return *timeout;
@@ -148,6 +208,15 @@ struct GradientAccumulationPlugin {
   bool sync_with_dataloader = true;
   bool sync_each_batch = false;
 
+  static constexpr auto fields() {
+    using S = GradientAccumulationPlugin;
+    return kwargs_handler_table("GradientAccumulationPlugin", field("num_steps", &S::num_steps),
+                                field("adjust_scheduler", &S::adjust_scheduler),
+                                field("sync_with_dataloader", &S::sync_with_dataloader),
+                                field("sync_each_batch", &S::sync_each_batch));
+  }
+  friend bool operator==(const GradientAccumulationPlugin&, const GradientAccumulationPlugin&) = default;
+
   void validate() const {
     if (!num_steps) throw ValueError("GradientAccumulationPlugin: num_steps is required");
     if (*num_steps < 1) {
@@ -163,9 +232,21 @@ struct TorchDynamoPlugin {
   std::string mode = "default";
   bool fullgraph = false;
   std::optional<bool> dynamic = std::nullopt;
-  std::map<std::string, std::string> options = {};
+  /// torch.compile's options dict (`{"triton.cudagraphs": true}`), None when unset.
+  std::optional<nlohmann::json> options = std::nullopt;
   bool disable = false;
   bool use_regional_compilation = false;
+
+  /// Accelerate's to_dict spells the backend lower-case, the way torch.compile takes it.
+  static constexpr auto fields() {
+    using S = TorchDynamoPlugin;
+    return kwargs_handler_table("TorchDynamoPlugin", field("backend", &S::backend, {.lower_case = true}),
+                                field("mode", &S::mode), field("fullgraph", &S::fullgraph),
+                                field("dynamic", &S::dynamic), field("options", &S::options),
+                                field("disable", &S::disable),
+                                field("use_regional_compilation", &S::use_regional_compilation));
+  }
+  friend bool operator==(const TorchDynamoPlugin&, const TorchDynamoPlugin&) = default;
 
   void validate() const {
     if (mode != "default" && mode != "reduce-overhead" && mode != "max-autotune") {
@@ -199,11 +280,23 @@ struct ProjectConfiguration {
   int iteration = 0;
   bool save_on_each_node = false;
 
+  static constexpr auto fields() {
+    using S = ProjectConfiguration;
+    return dataclass_table("ProjectConfiguration", field("project_dir", &S::project_dir),
+                           field("logging_dir", &S::logging_dir),
+                           field("automatic_checkpoint_naming", &S::automatic_checkpoint_naming),
+                           field("total_limit", &S::total_limit), field("iteration", &S::iteration),
+                           field("save_on_each_node", &S::save_on_each_node));
+  }
+  friend bool operator==(const ProjectConfiguration&, const ProjectConfiguration&) = default;
+
   /// Sets project_dir, and logging_dir to it when logging_dir is unset.
   void set_directories(std::optional<std::string> dir = std::nullopt) {
     project_dir = std::move(dir);
     if (!logging_dir) logging_dir = project_dir;
   }
+  /// Accelerate's __post_init__, run when the object is read from JSON: logging_dir follows project_dir.
+  void post_init() { set_directories(project_dir); }
   void validate() const {
     if (total_limit && *total_limit < 1) {
       throw ValueError("ProjectConfiguration: total_limit must be >= 1, got " + std::to_string(*total_limit));
