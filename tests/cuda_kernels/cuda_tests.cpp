@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "accel/backend/cuda/runtime.hpp"
@@ -217,6 +218,36 @@ TEST_CASE("cuda: H2D, D2H and D2D copies are bit-exact for every dtype", "[cuda]
     CHECK(same_bytes(dev.t().contiguous(), host.t().contiguous()));
     if (cuda::device_count() > 1) CHECK(same_bytes(dev.to(Device::cuda(1)), host));
   }
+}
+
+TEST_CASE("cuda: large uploads from pageable memory go through the staging blocks bit-exactly", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  // Below, at and above the staging threshold; an odd size ends in a partial block.
+  const std::size_t sizes[] = {cuda::staged_upload_min_bytes - 1, cuda::staged_upload_min_bytes,
+                               2 * cuda::staged_upload_block_bytes + 4093};
+  unsigned seed = 11;
+  for (std::size_t n : sizes) {
+    INFO("bytes " << n);
+    const Tensor host = random_bytes(Shape{static_cast<std::int64_t>(n)}, DType::u8, seed++);
+    CHECK(cuda::is_pageable_host(host.data_ptr()));
+    CHECK(same_bytes(host.to(gpu), host));
+    // non_blocking: the source is already in the staging blocks when to() returns.
+    const Tensor dev = host.to(gpu, std::nullopt, /*non_blocking=*/true);
+    cuda::synchronize(0);
+    CHECK(same_bytes(dev, host));
+  }
+  // Uploads from several threads share the device's blocks without mixing their bytes.
+  std::vector<Tensor> hosts, devs(4);
+  for (unsigned i = 0; i < 4; ++i) hosts.push_back(random_bytes(Shape{int64_t{40} << 20}, DType::u8, 100 + i));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < 4; ++i) threads.emplace_back([&, i] { devs[i] = hosts[i].to(gpu); });
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < 4; ++i) CHECK(same_bytes(devs[i], hosts[i]));
+  // Pinned memory is not staged: the DMA engine reads it directly.
+  void* pinned = nullptr;
+  REQUIRE(cudaHostAlloc(&pinned, 64, cudaHostAllocDefault) == cudaSuccess);
+  CHECK_FALSE(cuda::is_pageable_host(pinned));
+  cudaFreeHost(pinned);
 }
 
 TEST_CASE("cuda: fill_ on device, every dtype", "[cuda]") {

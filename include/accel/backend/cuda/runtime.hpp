@@ -13,16 +13,25 @@
 //
 // Every copy, fill and kernel of the backend runs on the current stream of its device, and a
 // blocking copy waits for that stream, so work queued by the ops is always finished first.
+//
+// Uploads from pageable host memory (a memory-mapped checkpoint, say) of at least
+// staged_upload_min_bytes go through two pinned staging blocks per device: the CPU threads fill
+// one block while the DMA engine drains the other, instead of the driver's single-threaded
+// pageable path. The blocks (2 x staged_upload_block_bytes per device, allocated on first use and
+// kept) are the backend's own and are not counted in memory_stats.
 #pragma once
 
 #if defined(ACCEL_WITH_CUDA)
 
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +41,7 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/memory_stats.hpp"
+#include "accel/core/parallel.hpp"
 
 namespace accel::cuda {
 
@@ -329,6 +339,99 @@ inline KernelHooks& kernel_hooks() noexcept {
   return hooks;
 }
 
+// ---- staged uploads -----------------------------------------------------------------------------
+
+inline constexpr std::size_t staged_upload_min_bytes = std::size_t{4} << 20;
+inline constexpr std::size_t staged_upload_block_bytes = std::size_t{16} << 20;
+
+/// True when `p` is host memory the GPU cannot read directly (not allocated or registered with
+/// CUDA), i.e. a copy from it would go through the driver's pageable path.
+inline bool is_pageable_host(const void* p) noexcept {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeUnregistered;
+}
+
+/// Two pinned blocks and their events for one device; used under the device's mutex.
+class StagingPair {
+ public:
+  StagingPair() = default;
+  StagingPair(const StagingPair&) = delete;
+  StagingPair& operator=(const StagingPair&) = delete;
+  ~StagingPair() {
+    for (auto& b : blocks_) {
+      if (b.done) (void)cudaEventDestroy(b.done);
+      if (b.data) (void)cudaFreeHost(b.data);
+    }
+  }
+
+  /// Copies `nbytes` from pageable `src` to device memory `dst` on `stream`. Returns false (and
+  /// copies nothing) when the staging blocks cannot be allocated; the caller then falls back.
+  bool upload(void* dst, const void* src, std::size_t nbytes, cudaStream_t stream) {
+    if (!ready()) return false;
+    auto* out = static_cast<std::byte*>(dst);
+    const auto* in = static_cast<const std::byte*>(src);
+    for (std::size_t done = 0, i = 0; done < nbytes; ++i) {
+      Block& b = blocks_[i % 2];
+      const std::size_t n = std::min(staged_upload_block_bytes, nbytes - done);
+      check(cudaEventSynchronize(b.done), "cudaEventSynchronize (staging)");  // its last DMA has finished
+      constexpr std::size_t grain = std::size_t{1} << 20;
+      parallel_for((n + grain - 1) / grain, 1, [&](std::size_t lo, std::size_t hi) {
+        const std::size_t begin = lo * grain, end = std::min(n, hi * grain);
+        prefault(in + done + begin, end - begin);
+        std::memcpy(b.data + begin, in + done + begin, end - begin);
+      });
+      check(cudaMemcpyAsync(out + done, b.data, n, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync (staged)");
+      check(cudaEventRecord(b.done, stream), "cudaEventRecord (staging)");
+      done += n;
+    }
+    return true;
+  }
+
+ private:
+  struct Block {
+    std::byte* data = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+
+  // A memory-mapped checkpoint faults its pages in one by one on first touch; asking the kernel
+  // to map the whole range in one call is several times faster. Best effort: older kernels and
+  // anonymous memory that is already mapped simply skip it.
+  static void prefault(const std::byte* p, std::size_t n) noexcept {
+#if defined(MADV_POPULATE_READ)
+    const auto page = static_cast<std::uintptr_t>(4096);
+    const auto start = reinterpret_cast<std::uintptr_t>(p) & ~(page - 1);
+    const auto stop = reinterpret_cast<std::uintptr_t>(p) + n;
+    (void)::madvise(reinterpret_cast<void*>(start), stop - start, MADV_POPULATE_READ);
+#else
+    (void)p;
+    (void)n;
+#endif
+  }
+
+  bool ready() {
+    for (auto& b : blocks_) {
+      if (!b.data && cudaHostAlloc(reinterpret_cast<void**>(&b.data), staged_upload_block_bytes,
+                                   cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        b.data = nullptr;
+        return false;
+      }
+      if (!b.done && cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        b.done = nullptr;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::array<Block, 2> blocks_{};
+};
+
 // ---- the backend ------------------------------------------------------------------------------
 
 /// accel::DeviceBackend over the CUDA runtime (see the header comment for stream semantics).
@@ -389,7 +492,8 @@ class CudaBackend final : public DeviceBackend {
       check_device_index(sdev, "copy");
       wait_for_stream_of(sdev, s);
       check(cudaMemcpyPeerAsync(dst, dev, src, sdev, nbytes, s), "cudaMemcpyPeerAsync");
-    } else {
+    } else if (!(dst_device.is_cuda() && !src_device.is_cuda() && nbytes >= staged_upload_min_bytes &&
+                 is_pageable_host(src) && staged_upload(dev, dst, src, nbytes, s))) {
       check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
     }
     if (!non_blocking) check(cudaStreamSynchronize(s), "cudaStreamSynchronize (copy)");
@@ -436,6 +540,19 @@ class CudaBackend final : public DeviceBackend {
   void synchronize(int index) override { cuda::synchronize(index); }
 
  private:
+  struct DeviceStaging {
+    std::mutex mutex;
+    StagingPair pair;
+  };
+
+  bool staged_upload(int dev, void* dst, const void* src, std::size_t nbytes, cudaStream_t s) {
+    DeviceStaging& st = staging_[static_cast<std::size_t>(dev)];
+    std::lock_guard lock(st.mutex);
+    return st.pair.upload(dst, src, nbytes, s);
+  }
+
+  std::array<DeviceStaging, accel::detail::max_cuda_devices> staging_;
+
   // Orders stream `s` (current device) after the work queued on GPU `src_dev`'s current stream.
   static void wait_for_stream_of(int src_dev, cudaStream_t s) {
     cudaEvent_t e = nullptr;
