@@ -4,6 +4,7 @@
 //   load_cli_model(path)          model spec JSON, transformers config.json, any suffix registered in
 //                                 model_loaders() (checkpoints, see cli_checkpoint_model.hpp), or a
 //                                 folder holding one of them
+//   find_hf_config(path)          the transformers config.json that describes MODEL, if any
 //   print_table(os, headers, rows)
 #pragma once
 
@@ -108,27 +109,45 @@ inline std::filesystem::path model_file_in(const std::filesystem::path& dir) {
   return dir / "config.json";
 }
 
+/// The JSON in `path`: IOError when it cannot be read, FormatError naming it when it is not JSON.
+inline nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IOError("cannot open '" + path.string() + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path.string() + ": invalid JSON: " + e.what());
+  }
+}
+
 /// The meta model described by `path`: a model spec JSON, a transformers config.json, a file with
 /// a registered loader, or a folder holding one of these. `float_dtype` sizes the floating-point
-/// weights: configs default to float32, checkpoints to their stored dtypes.
+/// weights: configs default to float32, checkpoints to their stored dtypes. `kind` picks the class
+/// a config.json is built as; specs and checkpoints hold what they hold.
 inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& input,
-                                                  std::optional<DType> float_dtype = std::nullopt) {
+                                                  std::optional<DType> float_dtype = std::nullopt,
+                                                  nn::HFModelKind kind = nn::HFModelKind::causal_lm) {
   std::filesystem::path path = input;
   if (std::filesystem::is_directory(path)) path = model_file_in(path);
   auto guard = nn::init_empty_weights(/*include_buffers=*/true);
   if (const ModelLoader* loader = find_model_loader(path)) return (*loader)(path, float_dtype);
   const DType dtype = float_dtype.value_or(DType::f32);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IOError("cannot open '" + path.string() + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path.string() + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::json j = read_json_file(path);
   if (j.contains("format") && j["format"] == "accelerate-oracle-spec/v1") return nn::module_from_spec(j, path.string());
-  if (j.contains("model_type")) return nn::model_from_hf_config(j, dtype);
+  if (j.contains("model_type")) return nn::model_from_hf_config(j, dtype, kind);
   throw FormatError(path.string() + ": neither a model spec (\"format\") nor a transformers config (\"model_type\")");
+}
+
+/// The transformers config.json describing MODEL: MODEL itself when it is one, else the
+/// config.json of MODEL's folder (or of the folder MODEL's file sits in), else nullopt.
+inline std::optional<nlohmann::json> find_hf_config(const std::filesystem::path& input) {
+  const std::filesystem::path dir = std::filesystem::is_directory(input) ? input : input.parent_path();
+  std::filesystem::path path = std::filesystem::is_directory(input) ? model_file_in(input) : input;
+  if (find_model_loader(path) || !std::filesystem::is_regular_file(path)) path = dir / "config.json";
+  if (!std::filesystem::is_regular_file(path)) return std::nullopt;
+  nlohmann::json j = read_json_file(path);
+  if (!j.is_object() || !j.contains("model_type")) return std::nullopt;
+  return j;
 }
 
 /// Accelerate's convert_bytes: "1.5 MB" with 1024 steps and two decimals at most.

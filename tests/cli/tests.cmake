@@ -45,4 +45,40 @@ if(TARGET accel_cli)
   set_tests_properties(cli_estimate_memory_safetensors cli_estimate_memory_index cli_plan_safetensors_json
                        PROPERTIES FIXTURES_REQUIRED cli_checkpoints)
   set_tests_properties(cli_plan_safetensors_json PROPERTIES PASS_REGULAR_EXPRESSION "\"lm_head\": 0.*\"model.layers\": \"cpu\"")
+
+  # estimate-memory and plan numbers on real-shaped configs (GPT-2 124M, Llama-2-7b, TinyLlama-1.1B
+  # with grouped-query attention) against check_estimate_plan.py's own arithmetic: exact bytes of
+  # every dtype row and the Adam column, the table's cells, device maps under --reserve,
+  # --kv-cache, --balanced and --balanced-low-0.
+  set(estimate_check ${ACCEL_PYTHON3} ${cli_dir}/check_estimate_plan.py $<TARGET_FILE:accel_cli>)
+  set(cfg ${PROJECT_SOURCE_DIR}/tests/data/configs)
+  foreach(model gpt2 llama2_7b tinyllama_1.1b)
+    add_test(NAME cli_estimate_memory_numbers_${model} COMMAND ${estimate_check} estimate ${cfg}/${model})
+    add_test(NAME cli_estimate_memory_numbers_${model}_with_head
+             COMMAND ${estimate_check} estimate ${cfg}/${model} --with-head)
+  endforeach()
+  foreach(model llama2_7b tinyllama_1.1b)
+    add_test(NAME cli_plan_numbers_${model} COMMAND ${estimate_check} plan-config ${cfg}/${model})
+  endforeach()
+  # The same CLI on conformance model specs, against what Accelerate itself answered.
+  set(queries ${ACCEL_SHARED_DIR}/conformance/accelerate/queries)
+  if(EXISTS ${queries}/llama_tiny.json AND EXISTS ${queries}/gpt2_tiny.json)
+    foreach(spec gpt2_tiny llama_tiny mixed_dtypes toy_model_for_test toy_nested)
+      add_test(NAME cli_estimate_memory_spec_${spec} COMMAND ${estimate_check} spec-estimate ${queries}/${spec}.json)
+    endforeach()
+    set(llama_cases two_gpus_nosplit two_gpus_split four_gpus_nosplit gpu_cpu_disk_nosplit tiny fp16 balanced_4_infer
+                    balanced_4_low_zero_infer)
+    set(gpt2_cases two_gpus_nosplit three_gpus_split gpu_cpu_disk fp16_nosplit balanced_3_low_zero_infer)
+    add_test(NAME cli_plan_spec_llama_tiny COMMAND ${estimate_check} spec-plan ${queries}/llama_tiny.json ${llama_cases})
+    add_test(NAME cli_plan_spec_gpt2_tiny COMMAND ${estimate_check} spec-plan ${queries}/gpt2_tiny.json ${gpt2_cases})
+    add_test(NAME cli_plan_spec_llama_tiny_reserve
+             COMMAND ${estimate_check} spec-plan ${queries}/llama_tiny.json ${llama_cases} --with-reserve)
+    add_test(NAME cli_plan_spec_gpt2_tiny_reserve
+             COMMAND ${estimate_check} spec-plan ${queries}/gpt2_tiny.json ${gpt2_cases} --with-reserve)
+  else()
+    message(STATUS "accel: no CLI tests on conformance specs: ${queries} has no llama_tiny.json / gpt2_tiny.json "
+                   "(set ACCEL_SHARED_DIR to the shared/ folder)")
+  endif()
+else()
+  message(STATUS "accel: no CLI tests on checkpoints and configs: the accel_cli target is not built (tools/ is missing)")
 endif()

@@ -3,9 +3,15 @@
 //
 //   auto guard = init_empty_weights(true);
 //   auto model = model_from_hf_config(json);        // GPT2LMHeadModel or LlamaForCausalLM, on meta
+//   auto base = model_from_hf_config(json, DType::f32, HFModelKind::base);  // GPT2Model / LlamaModel
 //   model->no_split_modules()                       // {"GPT2Block"} / {"LlamaDecoderLayer"}
 //
-// Structure only: the blocks have no forward. Unknown families throw ValueError.
+// Structure only: the blocks have no forward. Unknown families throw ValueError. Besides the
+// weights, the trees carry the buffers transformers registers, which Accelerate's
+// compute_module_sizes counts: GPT-2 has per block attn.bias (bool [1, 1, n_positions,
+// n_positions], 1/8 byte an element in Accelerate's sizes) and attn.masked_bias (a float32
+// scalar); LLaMA has rotary_emb.inv_freq (float32 [head_dim / 2]) once per model (per attention
+// with rotary_per_layer, as in transformers before 4.38). All of them are non-persistent.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +29,17 @@
 
 namespace accel::nn {
 
+/// Which transformers class a config.json is built as: the causal language model that checkpoints
+/// are saved from (AutoModelForCausalLM: GPT2LMHeadModel, LlamaForCausalLM), or the bare decoder
+/// without the LM head (AutoModel: GPT2Model, LlamaModel), which `accelerate estimate-memory` sizes.
+enum class HFModelKind { causal_lm, base };
+
 /// The fields of a LLaMA config.json the module tree depends on.
 struct LlamaConfig {
   std::int64_t vocab_size = 32000, hidden_size = 4096, intermediate_size = 11008;
   std::int64_t num_hidden_layers = 32, num_attention_heads = 32, num_key_value_heads = 32;
   std::int64_t head_dim = 0;  ///< 0: hidden_size / num_attention_heads
+  std::int64_t max_position_embeddings = 2048;  ///< the context length (sizes no weight, only a KV cache)
   bool tie_word_embeddings = false;
   bool rotary_per_layer = false;  ///< older transformers: a rotary_emb (inv_freq buffer) per attention
 };
@@ -57,13 +69,12 @@ T field(const nlohmann::json& j, const char* key, T fallback) {
 }
 }  // namespace detail
 
-/// LlamaForCausalLM: model.embed_tokens, model.layers.N.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
-/// input_layernorm, post_attention_layernorm}, model.norm, lm_head.
-inline std::shared_ptr<Module> build_llama(const LlamaConfig& c, DType dtype = DType::f32) {
+/// LlamaModel: embed_tokens, layers.N.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, input_layernorm,
+/// post_attention_layernorm}, norm, rotary_emb.
+inline std::shared_ptr<Module> build_llama_model(const LlamaConfig& c, DType dtype = DType::f32) {
   const std::int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<std::int64_t>(c.num_attention_heads, 1);
-  auto root = detail::named_module("LlamaForCausalLM");
-  auto model = root->register_module("model", detail::named_module("LlamaModel"));
-  auto embed = model->register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, dtype));
+  auto model = detail::named_module("LlamaModel");
+  model->register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, dtype));
   auto layers = model->register_module("layers", std::make_shared<ModuleList>());
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     auto layer = layers->push_back(detail::named_module("LlamaDecoderLayer"));
@@ -90,19 +101,46 @@ inline std::shared_ptr<Module> build_llama(const LlamaConfig& c, DType dtype = D
     auto rot = model->register_module("rotary_emb", detail::named_module("LlamaRotaryEmbedding"));
     rot->register_buffer("inv_freq", new_parameter_tensor({head_dim / 2}, DType::f32, 0.0, true), false);
   }
-  auto lm_head = root->register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, dtype));
-  if (c.tie_word_embeddings) lm_head->register_parameter("weight", embed->parameter_cell("weight"));
-  root->set_no_split_modules({"LlamaDecoderLayer"});
-  return root;
+  model->set_no_split_modules({"LlamaDecoderLayer"});
+  return model;
 }
 
-/// GPT2LMHeadModel: transformer.{wte, wpe, drop, h.N.{ln_1, attn.{c_attn, c_proj}, ln_2, mlp.{c_fc, c_proj}}, ln_f},
-/// lm_head (tied to wte unless tie_word_embeddings is false).
-inline std::shared_ptr<Module> build_gpt2(const GPT2Config& c, DType dtype = DType::f32) {
+namespace detail {
+/// How a *ForCausalLM wraps its base model: the root class, the base's attribute name, the
+/// embedding the head ties to, and the block class that must not be split.
+struct CausalLMShape {
+  const char* root_class;
+  const char* base_name;
+  const char* tied_embedding;
+  const char* no_split;
+};
+
+inline std::shared_ptr<Module> with_lm_head(const std::shared_ptr<Module>& base, const CausalLMShape& shape,
+                                            std::int64_t hidden, std::int64_t vocab, bool tie, DType dtype) {
+  auto root = named_module(shape.root_class);
+  root->register_module(shape.base_name, base);
+  auto lm_head = root->register_module("lm_head", std::make_shared<Linear>(hidden, vocab, false, dtype));
+  if (tie) lm_head->register_parameter("weight", base->parameter_cell(shape.tied_embedding));
+  root->set_no_split_modules({shape.no_split});
+  return root;
+}
+}  // namespace detail
+
+/// LlamaForCausalLM (`kind` causal_lm): model (the LlamaModel above), lm_head (tied to
+/// model.embed_tokens when tie_word_embeddings); `kind` base builds the LlamaModel alone.
+inline std::shared_ptr<Module> build_llama(const LlamaConfig& c, DType dtype = DType::f32,
+                                           HFModelKind kind = HFModelKind::causal_lm) {
+  auto model = build_llama_model(c, dtype);
+  if (kind == HFModelKind::base) return model;
+  return detail::with_lm_head(model, {"LlamaForCausalLM", "model", "embed_tokens.weight", "LlamaDecoderLayer"},
+                              c.hidden_size, c.vocab_size, c.tie_word_embeddings, dtype);
+}
+
+/// GPT2Model: wte, wpe, drop, h.N.{ln_1, attn.{c_attn, c_proj}, ln_2, mlp.{c_fc, c_proj}}, ln_f.
+inline std::shared_ptr<Module> build_gpt2_model(const GPT2Config& c, DType dtype = DType::f32) {
   const std::int64_t inner = c.n_inner > 0 ? c.n_inner : 4 * c.n_embd;
-  auto root = detail::named_module("GPT2LMHeadModel");
-  auto tr = root->register_module("transformer", detail::named_module("GPT2Model"));
-  auto wte = tr->register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, dtype));
+  auto tr = detail::named_module("GPT2Model");
+  tr->register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd, dtype));
   tr->register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd, dtype));
   tr->register_module("drop", detail::named_module("Dropout"));
   auto h = tr->register_module("h", std::make_shared<ModuleList>());
@@ -124,10 +162,18 @@ inline std::shared_ptr<Module> build_gpt2(const GPT2Config& c, DType dtype = DTy
     mlp->register_module("dropout", detail::named_module("Dropout"));
   }
   tr->register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, dtype));
-  auto lm_head = root->register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false, dtype));
-  if (c.tie_word_embeddings) lm_head->register_parameter("weight", wte->parameter_cell("weight"));
-  root->set_no_split_modules({"GPT2Block"});
-  return root;
+  tr->set_no_split_modules({"GPT2Block"});
+  return tr;
+}
+
+/// GPT2LMHeadModel (`kind` causal_lm): transformer (the GPT2Model above), lm_head (tied to wte
+/// unless tie_word_embeddings is false); `kind` base builds the GPT2Model alone.
+inline std::shared_ptr<Module> build_gpt2(const GPT2Config& c, DType dtype = DType::f32,
+                                          HFModelKind kind = HFModelKind::causal_lm) {
+  auto tr = build_gpt2_model(c, dtype);
+  if (kind == HFModelKind::base) return tr;
+  return detail::with_lm_head(tr, {"GPT2LMHeadModel", "transformer", "wte.weight", "GPT2Block"}, c.n_embd,
+                              c.vocab_size, c.tie_word_embeddings, dtype);
 }
 
 /// Reads a LLaMA-family config.json (llama, mistral, qwen2 share the fields used here).
@@ -140,6 +186,7 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j) {
   c.num_attention_heads = detail::field(j, "num_attention_heads", c.num_attention_heads);
   c.num_key_value_heads = detail::field(j, "num_key_value_heads", c.num_attention_heads);
   c.head_dim = detail::field<std::int64_t>(j, "head_dim", 0);
+  c.max_position_embeddings = detail::field(j, "max_position_embeddings", c.max_position_embeddings);
   c.tie_word_embeddings = detail::field(j, "tie_word_embeddings", false);
   return c;
 }
@@ -157,11 +204,13 @@ inline GPT2Config gpt2_config_from_json(const nlohmann::json& j) {
   return c;
 }
 
-/// The model of a transformers config.json (by "model_type": gpt2, llama, mistral, qwen2).
-inline std::shared_ptr<Module> model_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32) {
+/// The model of a transformers config.json (by "model_type": gpt2, llama, mistral, qwen2), as the
+/// causal LM (default) or the base model.
+inline std::shared_ptr<Module> model_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32,
+                                                    HFModelKind kind = HFModelKind::causal_lm) {
   const std::string type = detail::field<std::string>(j, "model_type", "");
-  if (type == "gpt2") return build_gpt2(gpt2_config_from_json(j), dtype);
-  if (type == "llama" || type == "mistral" || type == "qwen2") return build_llama(llama_config_from_json(j), dtype);
+  if (type == "gpt2") return build_gpt2(gpt2_config_from_json(j), dtype, kind);
+  if (type == "llama" || type == "mistral" || type == "qwen2") return build_llama(llama_config_from_json(j), dtype, kind);
   throw ValueError("config.json: model_type '" + type + "' is not supported (supported: gpt2, llama, mistral, qwen2)");
 }
 

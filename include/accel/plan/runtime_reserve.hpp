@@ -4,15 +4,21 @@
 //
 //   ByteSize kv = estimate_kv_cache_bytes({.layers = 80, .kv_heads = 8, .head_dim = 128,
 //                                          .max_seq = 8192, .batch = 1, .dtype = DType::bf16});
+//   ByteSize kv = estimate_kv_cache_bytes(kv_cache_shape_from_hf_config(config_json, 8192, 1, DType::bf16));
 //   opts.reserve = spread_kv_cache_reserve(kv, {0, 1, 2, 3});
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "accel/core/byte_size.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/nn/hf_models.hpp"
 #include "accel/plan/max_memory.hpp"
 
 namespace accel::plan {
@@ -39,6 +45,50 @@ inline ByteSize estimate_kv_cache_bytes(const KVCacheShape& s) {
   return dtype_byte_size(s.dtype) * n;
 }
 
+/// The KV cache of a LLaMA-family decoder: num_hidden_layers x num_key_value_heads x head_dim
+/// (hidden_size / num_attention_heads when the config has none), for `max_seq` tokens
+/// (max_position_embeddings when nullopt) of `batch` sequences. ValueError when the head
+/// dimension is undefined (no heads, or hidden_size not a multiple of them).
+inline KVCacheShape kv_cache_shape(const nn::LlamaConfig& c, std::optional<std::int64_t> max_seq = std::nullopt,
+                                   std::int64_t batch = 1, DType dtype = DType::f16) {
+  if (c.num_attention_heads <= 0 || c.num_key_value_heads <= 0) {
+    throw ValueError("kv_cache_shape: the config has " + std::to_string(c.num_attention_heads) + " attention heads and " +
+                     std::to_string(c.num_key_value_heads) + " key/value heads");
+  }
+  if (c.head_dim <= 0 && c.hidden_size % c.num_attention_heads != 0) {
+    throw ValueError("kv_cache_shape: hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of " +
+                     std::to_string(c.num_attention_heads) + " attention heads and the config has no head_dim");
+  }
+  return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads,
+          max_seq.value_or(c.max_position_embeddings), batch, dtype};
+}
+
+/// The KV cache of GPT-2: n_layer x n_head x (n_embd / n_head), for `max_seq` tokens (n_positions
+/// when nullopt) of `batch` sequences. ValueError when n_embd is not a multiple of n_head.
+inline KVCacheShape kv_cache_shape(const nn::GPT2Config& c, std::optional<std::int64_t> max_seq = std::nullopt,
+                                   std::int64_t batch = 1, DType dtype = DType::f16) {
+  if (c.n_head <= 0 || c.n_embd % c.n_head != 0) {
+    throw ValueError("kv_cache_shape: n_embd " + std::to_string(c.n_embd) + " is not a multiple of n_head " +
+                     std::to_string(c.n_head));
+  }
+  return {c.n_layer, c.n_head, c.n_embd / c.n_head, max_seq.value_or(c.n_positions), batch, dtype};
+}
+
+/// The KV cache of a transformers config.json (model_type gpt2, llama, mistral, qwen2; the fields
+/// are read as model_from_hf_config reads them). ValueError for other model types.
+inline KVCacheShape kv_cache_shape_from_hf_config(const nlohmann::json& config,
+                                                  std::optional<std::int64_t> max_seq = std::nullopt,
+                                                  std::int64_t batch = 1, DType dtype = DType::f16) {
+  const std::string type = config.contains("model_type") && config["model_type"].is_string()
+                               ? config["model_type"].get<std::string>() : std::string();
+  if (type == "gpt2") return kv_cache_shape(nn::gpt2_config_from_json(config), max_seq, batch, dtype);
+  if (type == "llama" || type == "mistral" || type == "qwen2") {
+    return kv_cache_shape(nn::llama_config_from_json(config), max_seq, batch, dtype);
+  }
+  throw ValueError("kv_cache_shape_from_hf_config: model_type '" + type +
+                   "' is not supported (supported: gpt2, llama, mistral, qwen2)");
+}
+
 /// A reserve holding `total` spread evenly over `gpus` (the layers they hold share the cache),
 /// plus `per_gpu_extra` (activations / workspace) on each.
 inline MaxMemory spread_kv_cache_reserve(ByteSize total, const std::vector<int>& gpus, ByteSize per_gpu_extra = {}) {
@@ -53,4 +103,8 @@ inline MaxMemory spread_kv_cache_reserve(ByteSize total, const std::vector<int>&
 
 namespace accel {
 using plan::estimate_kv_cache_bytes;
+using plan::kv_cache_shape;
+using plan::kv_cache_shape_from_hf_config;
+using plan::KVCacheShape;
+using plan::spread_kv_cache_reserve;
 }  // namespace accel
