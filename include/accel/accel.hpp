@@ -32,6 +32,7 @@
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/safetensors.hpp"
+#include "accel/io/save.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/sharding.hpp"
@@ -44,6 +45,7 @@
 #include "accel/plan/max_memory.hpp"
 #include "accel/plan/module_sizes.hpp"
 #include "accel/plan/runtime_reserve.hpp"
+#include "accel/plan/shard_checkpoint.hpp"
 
 #include "accel/dispatch/load_checkpoint.hpp"
 

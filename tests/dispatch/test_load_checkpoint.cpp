@@ -447,3 +447,77 @@ TEST_CASE("the shard progress bar draws in place and stays quiet off a terminal"
   CHECK_FALSE(ProgressBar("x", 2, /*enabled=*/false).active());
   CHECK(ProgressBar("x", 2, /*enabled=*/true).active() == static_cast<bool>(::isatty(STDERR_FILENO)));
 }
+
+TEST_CASE("offload_buffers decides whether buffers of a disk module go to the offload folder", "[io][load_checkpoint]") {
+  // layers.1 (on disk) gets a persistent buffer; the checkpoint holds its values.
+  auto model_with_buffer = [] {
+    auto model = make_model();
+    model->get_submodule("layers.1").register_buffer("scale", Tensor::empty(Shape{4}, DType::f32, Device::meta()));
+    return model;
+  };
+  StateDict ckpt = make_checkpoint();
+  ckpt.insert_or_assign("layers.1.scale", Tensor::from_vector<float>({0.5f, 1.5f, 2.5f, 3.5f}));
+  TempDir dir;
+  save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
+
+  SECTION("false (the default): the buffer is loaded on the cpu, the parameters go to disk") {
+    TempDir offload;
+    auto model = model_with_buffer();
+    const LoadResult r = load_checkpoint_in_model(*model, dir.str(),
+                                                  {.device_map = map_with_disk_layer(), .offload_folder = offload.str()});
+    CHECK(r.missing_keys.empty());
+    const Tensor& scale = model->get_tensor("layers.1.scale");
+    CHECK(scale.is_cpu());
+    CHECK(values(scale) == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f});
+    CHECK(model->get_tensor("layers.1.weight").is_meta());
+    CHECK(r.offload_index.size() == 2);
+    CHECK_FALSE(r.offload_index.contains("layers.1.scale"));
+    CHECK_FALSE(fs::exists(offload.path / "layers.1.scale.dat"));
+  }
+  SECTION("true: the buffer is offloaded like the parameters") {
+    TempDir offload;
+    auto model = model_with_buffer();
+    const LoadResult r = load_checkpoint_in_model(
+        *model, dir.str(), {.device_map = map_with_disk_layer(), .offload_folder = offload.str(), .offload_buffers = true});
+    CHECK(r.missing_keys.empty());
+    CHECK(model->get_tensor("layers.1.scale").is_meta());
+    CHECK(r.offload_index.size() == 3);
+    CHECK(r.offload_index["layers.1.scale"] == OffloadIndex({{"dtype", "float32"}, {"shape", OffloadIndex::array({4})}}));
+    CHECK(fs::file_size(offload.path / "layers.1.scale.dat") == 16);
+    OffloadedWeightsLoader loader(std::nullopt, offload.str());
+    CHECK(values(loader.at("layers.1.scale")) == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f});
+    // A buffer on a cpu module is never offloaded.
+    CHECK(model->get_tensor("position_ids").is_cpu());
+  }
+}
+
+TEST_CASE("a converting load allocates each tensor once, in its final dtype", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint(DType::f32);
+  save_file(ckpt, dir.file("model.safetensors"));
+  std::size_t float_elements = 0, float_tensors = 0;
+  for (const auto& [name, t] : ckpt) {
+    if (!t.is_floating_point()) continue;
+    float_elements += static_cast<std::size_t>(t.numel());
+    ++float_tensors;
+  }
+  REQUIRE(float_elements == 112);
+
+  for (DType target : {DType::f16, DType::bf16, DType::f64}) {
+    INFO(dtype_name(target));
+    auto model = make_model();
+    const MemoryStats before = memory_stats(Device::cpu());
+    reset_peak_memory_stats(Device::cpu());
+    load_checkpoint_in_model(*model, dir.str(), {.dtype = target});
+    const MemoryStats after = memory_stats(Device::cpu());
+    const std::size_t converted = float_elements * itemsize(target);
+    // The safetensors file is mapped, so the only allocations are the converted tensors: one each,
+    // no staging copy in the checkpoint's dtype, no second conversion.
+    CHECK(after.num_allocs - before.num_allocs == float_tensors);
+    CHECK(after.allocated_bytes - before.allocated_bytes == converted);
+    CHECK(after.peak_allocated_bytes - before.allocated_bytes == converted);
+    CHECK(model->get_tensor("layers.0.weight").dtype() == target);
+    CHECK(model->get_tensor("position_ids").storage().kind() == MemoryKind::mapped);  // not converted, not copied
+    require_loaded(*model, ckpt);
+  }
+}

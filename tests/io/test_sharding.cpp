@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -119,11 +121,20 @@ TEST_CASE("sharded index validation", "[io][sharding]") {
     CHECK_THROWS_AS(parse_sharded_index("{\"weight_map\": {", "i.json"), FormatError);
     CHECK_THROWS_AS(parse_sharded_index(std::string(100, '[') + std::string(100, ']'), "i.json"), FormatError);
   }
-  SECTION("a missing shard names the index and the shard") {
+  SECTION("a missing shard names the index, the shard and a tensor it should hold") {
     TempDir dir;
     std::ofstream(dir.file("model.safetensors.index.json")) << R"({"weight_map": {"w": "model-00001-of-00002.safetensors"}})";
     CHECK_THROWS_WITH(read_sharded_index(dir.file("model.safetensors.index.json")),
-                      Catch::Contains("model.safetensors.index.json") && Catch::Contains("model-00001-of-00002.safetensors"));
+                      Catch::Contains("model.safetensors.index.json") && Catch::Contains("model-00001-of-00002.safetensors") &&
+                          Catch::Contains("tensor 'w'") && !Catch::Contains("other"));
+    CHECK_THROWS_AS(read_sharded_index(dir.file("model.safetensors.index.json")), FormatError);
+
+    // The first tensor the index places in the missing shard, and how many more it holds.
+    save_file(NamedTensors{{"a", Tensor::ones(Shape{1})}}, dir.file("s1.safetensors"));
+    std::ofstream(dir.file("i.index.json"))
+        << R"({"weight_map": {"a": "s1.safetensors", "b.bias": "s2.safetensors", "c": "s2.safetensors", "d": "s2.safetensors"}})";
+    CHECK_THROWS_WITH(read_sharded_index(dir.file("i.index.json")),
+                      Catch::Contains("shard 's2.safetensors' of tensor 'b.bias' and 2 other tensors does not exist"));
   }
   SECTION("a shard that lacks a promised tensor") {
     TempDir dir;
@@ -131,5 +142,87 @@ TEST_CASE("sharded index validation", "[io][sharding]") {
     std::ofstream(dir.file("i.index.json")) << R"({"weight_map": {"w": "s.safetensors"}})";
     const auto ck = ShardedCheckpoint::open(dir.file("i.index.json"));
     CHECK_THROWS_WITH(ck.tensor("w"), Catch::Contains("does not contain it"));
+  }
+}
+
+namespace {
+
+StateDict numbered_state(int n, float base) {
+  StateDict sd;
+  for (int i = 0; i < n; ++i) {
+    sd.insert_or_assign("layer." + std::to_string(i) + ".weight", Tensor::full(Shape{4}, base + static_cast<float>(i)));
+  }
+  return sd;
+}
+
+void require_checkpoint(const std::string& index_path, const StateDict& sd) {
+  const auto ck = ShardedCheckpoint::open(index_path);
+  REQUIRE(ck.keys().size() == sd.size());
+  for (const auto& [name, t] : sd) {
+    INFO(name);
+    CHECK(ck.tensor(name).to_vector<float>() == t.to_vector<float>());
+  }
+}
+
+std::vector<std::string> shard_files_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// A temporary folder and the names a save of one format gives its files there.
+struct SaveFolder {
+  TempDir dir;
+  std::string folder, index, ext, stem;
+  explicit SaveFolder(bool safe)
+      : folder(dir.path.string()),
+        index(dir.file(safe ? safe_weights_index_name : weights_index_name)),
+        ext(safe ? ".safetensors" : ".bin"),
+        stem(safe ? "model" : "pytorch_model") {}
+};
+
+}  // namespace
+
+TEST_CASE("save_sharded removes the shards of an earlier save only after the new index is written", "[io][sharding]") {
+  for (bool safe : {true, false}) {
+    INFO("safe_serialization " << safe);
+    const SaveFolder f(safe);
+    const auto& [dir, folder, index, ext, stem] = f;
+
+    const StateDict first = numbered_state(4, 1.0f);  // 16 bytes per tensor: 4 shards of 16
+    REQUIRE(save_sharded(first, folder, std::int64_t{16}, safe).shards.size() == 4);
+    const StateDict second = numbered_state(4, 100.0f);  // 2 shards of 32
+    REQUIRE(save_sharded(second, folder, std::int64_t{32}, safe).shards.size() == 2);
+    CHECK(shard_files_in(dir.path) == std::vector<std::string>{stem + "-00001-of-00002" + ext, stem + "-00002-of-00002" + ext,
+                                                              std::string(safe ? safe_weights_index_name : weights_index_name)});
+    require_checkpoint(index, second);
+
+    // One file now: the earlier shards and the index that named them go.
+    const StateDict third = numbered_state(4, 7.0f);
+    CHECK_FALSE(save_sharded(third, folder, std::int64_t{1000}, safe).is_sharded());
+    CHECK(shard_files_in(dir.path) == std::vector<std::string>{stem + ext});
+  }
+}
+
+TEST_CASE("a save_sharded that fails leaves the earlier index and its shards loadable", "[io][sharding]") {
+  for (bool safe : {true, false}) {
+    INFO("safe_serialization " << safe);
+    const SaveFolder f(safe);
+    const auto& [dir, folder, index, ext, stem] = f;
+
+    const StateDict first = numbered_state(4, 1.0f);
+    REQUIRE(save_sharded(first, folder, std::int64_t{16}, safe).shards.size() == 4);
+    const std::string index_before = read_raw(index);
+    const auto files_before = shard_files_in(dir.path);
+
+    // A folder where the second save's last shard must go makes its rename fail.
+    fs::create_directories(dir.path / (stem + "-00002-of-00002" + ext) / "in_the_way");
+    CHECK_THROWS_AS(save_sharded(numbered_state(4, 100.0f), folder, std::int64_t{32}, safe), IOError);
+    CHECK(read_raw(index) == index_before);
+    require_checkpoint(index, first);
+    // Nothing half-written: no temporary is left, and the old shards are all there.
+    for (const auto& f : shard_files_in(dir.path)) CHECK(f.front() != '.');
+    for (const auto& f : files_before) CHECK(fs::is_regular_file(dir.path / f));
   }
 }

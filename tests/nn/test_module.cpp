@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "accel/core/memory_stats.hpp"
 #include "accel/nn/containers.hpp"
@@ -148,4 +150,53 @@ TEST_CASE("set_module_tensor_to_device follows Accelerate's casting and shape ru
   nn::set_module_tensor_to_device(*root, "ids", Device::cpu(), Tensor::zeros({4}, DType::i32), DType::f16);
   CHECK(root->get_buffer("ids").dtype() == DType::i32);  // integers are never cast to `dtype`
   CHECK(root->get_buffer("ids").is_cpu());
+}
+
+TEST_CASE("set_module_tensor_to_device with tied_params_map copies a tied weight once", "[nn][set_tensor][tied]") {
+  auto make = [] {
+    auto root = std::make_shared<Module>("M");
+    auto guard = nn::init_empty_weights();
+    auto emb = root->register_module("emb", leaf("Embedding", {5, 3}));
+    auto head = root->register_module("head", leaf("Linear", {5, 3}));
+    head->register_parameter("weight", emb->parameter_cell("weight"));
+    return root;
+  };
+  // A checkpoint value in f16: placing it in the f32 model converts, so every placement allocates.
+  std::vector<float> v(15);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) - 7.0f;
+  const Tensor value = Tensor::from_vector(v, Shape{5, 3}).to(DType::f16);
+  const std::size_t f32_bytes = 15 * 4;
+
+  auto root = make();
+  nn::TiedParamsMap tied;
+  const MemoryStats before = memory_stats(Device::cpu());
+  nn::set_module_tensor_to_device(*root, "emb.weight", Device::cpu(), value, std::nullopt, &tied);
+  nn::set_module_tensor_to_device(*root, "head.weight", Device::cpu(), value, std::nullopt, &tied);
+  const MemoryStats after = memory_stats(Device::cpu());
+  CHECK(after.num_allocs - before.num_allocs == 1);
+  CHECK(after.allocated_bytes - before.allocated_bytes == f32_bytes);
+  CHECK(tied.size() == 1);
+  const Tensor& emb = root->get_parameter("emb.weight");
+  const Tensor& head = root->get_parameter("head.weight");
+  CHECK(head.is_same(emb));
+  CHECK(head.shares_storage(emb));
+  CHECK(head.dtype() == DType::f32);
+  CHECK(head.to_vector<float>() == v);
+  CHECK(tied.at({root->parameter_cell("head.weight").get(), Device::cpu()}).is_same(emb));
+
+  // Without the map the second name converts the value again (the first copy is then freed).
+  auto untracked = make();
+  const MemoryStats before2 = memory_stats(Device::cpu());
+  nn::set_module_tensor_to_device(*untracked, "emb.weight", Device::cpu(), value);
+  nn::set_module_tensor_to_device(*untracked, "head.weight", Device::cpu(), value);
+  CHECK(memory_stats(Device::cpu()).num_allocs - before2.num_allocs == 2);
+
+  // The map is per device: meta is a separate entry, and a later cpu placement reuses the first.
+  nn::set_module_tensor_to_device(*root, "head.weight", Device::meta(), std::nullopt, std::nullopt, &tied);
+  CHECK(tied.size() == 2);
+  CHECK(root->get_parameter("emb.weight").is_meta());
+  const MemoryStats before3 = memory_stats(Device::cpu());
+  nn::set_module_tensor_to_device(*root, "emb.weight", Device::cpu(), value, std::nullopt, &tied);
+  CHECK(memory_stats(Device::cpu()).num_allocs == before3.num_allocs);
+  CHECK(root->get_parameter("head.weight").to_vector<float>() == v);
 }

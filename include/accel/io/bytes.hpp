@@ -153,14 +153,21 @@ class AtomicFile {
   }
   void write(std::string_view s) { write(s.data(), s.size()); }
 
-  /// Flushes to disk and renames over the final path.
-  void commit() {
+  /// Flushes the temporary to disk and closes it; the final path is untouched until commit().
+  /// Lets a caller stage many files without holding a descriptor for each.
+  void sync() {
+    if (fd_ < 0) return;
     if (::fsync(fd_) != 0) throw IOError("cannot fsync '" + path_ + "': " + std::strerror(errno));
     if (::close(fd_) != 0) {
       fd_ = -1;
       throw IOError("cannot close '" + path_ + "': " + std::strerror(errno));
     }
     fd_ = -1;
+  }
+
+  /// Flushes to disk (unless sync() already did) and renames over the final path.
+  void commit() {
+    sync();
     if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
       throw IOError("cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(errno));
     }

@@ -11,7 +11,9 @@
 // Byte-compatible with accelerate/utils/offload.py: a .dat file is the C-order array as
 // np.memmap writes it; index entries are {"dtype": numpy name, "shape": [...]} (bfloat16 stored
 // as int16 bytes, dtype "bfloat16"; a 0-d tensor is recorded with shape [] and stored as one
-// element); index.json is json.dump(indent=2) merged into any existing index. Entries may also
+// element); index.json is json.dump(indent=2) merged into any existing index. fp8 tensors, which
+// Accelerate cannot offload (numpy has no fp8 type), are written the same way under torch's dtype
+// names ("float8_e4m3fn", "float8_e5m2"); Accelerate cannot read those entries. Entries may also
 // point into a safetensors file: {"safetensors_file", "weight_name", "dtype"}.
 #pragma once
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,26 +108,38 @@ inline std::string safetensors_header_json(const NamedTensors& tensors,
   return detail::header_json(detail::plan_safetensors_layout(tensors, "<memory>"), metadata);
 }
 
+namespace detail {
+
+/// The whole file written under its temporary name and synced, not yet renamed into place, so a
+/// caller can stage several files and publish them together.
+inline std::unique_ptr<AtomicFile> stage_safetensors(const NamedTensors& tensors, const std::string& path,
+                                                     const std::map<std::string, std::string>& metadata) {
+  const auto plan = plan_safetensors_layout(tensors, path);
+  std::string header = header_json(plan, metadata);
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  std::string prefix;
+  store_le<std::uint64_t>(prefix, header.size());
+  auto out = std::make_unique<AtomicFile>(path);
+  out->write(prefix);
+  out->write(header);
+  for (const auto& p : plan) {
+    const Tensor& t = *p.tensor;
+    if (t.numel() == 0) continue;
+    const Tensor host = (t.is_cpu() && t.is_contiguous()) ? t : t.to(Device::cpu()).contiguous();
+    out->write(host.data_ptr(), host.nbytes());
+  }
+  out->sync();
+  return out;
+}
+
+}  // namespace detail
+
 /// Writes `tensors` to `path` in the safetensors format, atomically (temp file, fsync, rename).
 /// `metadata` becomes "__metadata__" (omitted when empty). ValueError on duplicate names or meta
 /// tensors; IOError when the disk refuses.
 inline void save_file(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {}) {
-  const auto plan = detail::plan_safetensors_layout(tensors, path);
-  std::string header = detail::header_json(plan, metadata);
-  header.resize((header.size() + 7) / 8 * 8, ' ');
-  std::string prefix;
-  store_le<std::uint64_t>(prefix, header.size());
-  AtomicFile out(path);
-  out.write(prefix);
-  out.write(header);
-  for (const auto& p : plan) {
-    const Tensor& t = *p.tensor;
-    if (t.numel() == 0) continue;
-    const Tensor host = (t.is_cpu() && t.is_contiguous()) ? t : t.to(Device::cpu()).contiguous();
-    out.write(host.data_ptr(), host.nbytes());
-  }
-  out.commit();
+  detail::stage_safetensors(tensors, path, metadata)->commit();
 }
 
 inline void save_file(const StateDict& tensors, const std::string& path,

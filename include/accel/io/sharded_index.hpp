@@ -118,15 +118,22 @@ inline ShardedIndex parse_sharded_index(std::string_view text, const std::string
 }
 
 /// Reads `path` and checks that every shard it names exists beside it (FormatError naming the
-/// index and the missing shard).
+/// index, the missing shard and the first tensor the index places in it).
 inline ShardedIndex read_sharded_index(const std::string& path) {
   ShardedIndex ix = parse_sharded_index(read_small_file(path), path);
   const auto dir = std::filesystem::path(path).parent_path();
   for (const auto& s : ix.shard_files) {
-    if (!std::filesystem::is_regular_file(dir / s)) {
-      throw FormatError("checkpoint index '" + path + "': shard '" + s + "' does not exist (looked for '" +
-                        (dir / s).string() + "')");
+    if (std::filesystem::is_regular_file(dir / s)) continue;
+    std::size_t held = 0;
+    const std::string* first = nullptr;
+    for (const auto& [name, shard] : ix.weight_map) {
+      if (shard != s) continue;
+      if (!first) first = &name;
+      ++held;
     }
+    const std::string others = held > 1 ? " and " + std::to_string(held - 1) + " other tensor" + (held > 2 ? "s" : "") : "";
+    throw FormatError("checkpoint index '" + path + "': shard '" + s + "' of tensor '" + *first + "'" + others +
+                      " does not exist (looked for '" + (dir / s).string() + "')");
   }
   return ix;
 }

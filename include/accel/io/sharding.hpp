@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
@@ -116,9 +117,17 @@ inline ShardPlan plan_shards(const StateDict& state, std::int64_t max_shard_size
 
 /// Saves `state` into `folder` as Accelerator.save_model does: "model.safetensors" (or
 /// "pytorch_model.bin") when it fits one shard, else numbered shards plus
-/// model.safetensors.index.json (pytorch_model.bin.index.json). Stale numbered shards of an
-/// earlier save are removed. Tied names are all written (safetensors cannot share bytes; the
-/// copies are re-tied when a model loads them), the .bin format keeps them sharing one storage.
+/// model.safetensors.index.json (pytorch_model.bin.index.json). Tied names are all written
+/// (safetensors cannot share bytes; the copies are re-tied when a model loads them), the .bin
+/// format keeps them sharing one storage.
+///
+/// Every shard is written and synced under a temporary name before any is renamed into place,
+/// then the index is written, and only then are the numbered shards of an earlier save that the
+/// new index does not name removed (and, when the new save is one file, the earlier index that
+/// names them). A save that fails while writing leaves the earlier index and its shards as they
+/// were; only a rename failing between two shard renames can leave a mix, and only of shards
+/// whose names both saves use. Accelerate removes stale shards first, and its check never
+/// matches safetensors shard names; this one matches both kinds.
 inline ShardPlan save_sharded(const StateDict& state, const std::string& folder, std::int64_t max_shard_size,
                               bool safe_serialization = true) {
   namespace fs = std::filesystem;
@@ -127,8 +136,29 @@ inline ShardPlan save_sharded(const StateDict& state, const std::string& folder,
   const std::string weights_name = safe_serialization ? "model.safetensors" : "pytorch_model.bin";
   ShardPlan plan = plan_shards(state, max_shard_size, weights_name);
 
-  // Remove numbered shards of a previous save that this one will not overwrite. (Accelerate's
-  // check never matches safetensors shard names; this one matches both kinds.)
+  std::vector<std::unique_ptr<AtomicFile>> staged;
+  staged.reserve(plan.shards.size());
+  for (std::size_t i = 0; i < plan.shards.size(); ++i) {
+    const std::string path = (fs::path(folder) / plan.filenames[i]).string();
+    if (safe_serialization) {
+      NamedTensors tensors;
+      for (const auto& name : plan.shards[i]) tensors.emplace_back(name, state.at(name));
+      staged.push_back(detail::stage_safetensors(tensors, path, {{"format", "pt"}}));
+    } else {
+      StateDict shard;
+      for (const auto& name : plan.shards[i]) shard.insert_or_assign(name, state.at(name));
+      staged.push_back(detail::stage_torch_bin(shard, path, "archive"));
+    }
+  }
+  for (auto& f : staged) f->commit();
+
+  const fs::path index = fs::path(folder) / (safe_serialization ? safe_weights_index_name : weights_index_name);
+  if (plan.is_sharded()) {
+    write_sharded_index(index.string(), plan.total_size.bytes(), plan.weight_map, plan.total_size_is_float);
+  } else {
+    fs::remove(index);
+  }
+
   const std::set<std::string> keep(plan.filenames.begin(), plan.filenames.end());
   const std::string stem = safe_serialization ? "model" : "pytorch_model";
   const std::string suffix = safe_serialization ? ".safetensors" : ".bin";
@@ -138,23 +168,6 @@ inline ShardPlan save_sharded(const StateDict& state, const std::string& folder,
     if (!e.is_regular_file() || keep.count(f) || !f.starts_with(stem) || !f.ends_with(suffix)) continue;
     const std::string middle = f.substr(stem.size(), f.size() - stem.size() - suffix.size());
     if (std::regex_match(middle, numbered)) fs::remove(e.path());
-  }
-
-  for (std::size_t i = 0; i < plan.shards.size(); ++i) {
-    const std::string path = (fs::path(folder) / plan.filenames[i]).string();
-    if (safe_serialization) {
-      NamedTensors tensors;
-      for (const auto& name : plan.shards[i]) tensors.emplace_back(name, state.at(name));
-      save_file(tensors, path, {{"format", "pt"}});
-    } else {
-      StateDict shard;
-      for (const auto& name : plan.shards[i]) shard.insert_or_assign(name, state.at(name));
-      save_torch_bin(shard, path);
-    }
-  }
-  if (plan.is_sharded()) {
-    const std::string index = (fs::path(folder) / (safe_serialization ? safe_weights_index_name : weights_index_name)).string();
-    write_sharded_index(index, plan.total_size.bytes(), plan.weight_map, plan.total_size_is_float);
   }
   return plan;
 }

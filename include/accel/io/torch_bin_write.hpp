@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -226,9 +227,12 @@ class ZipWriter {
 
 }  // namespace detail
 
-/// Writes `state` as torch.save would (protocol 2), atomically. `archive_name` is the folder
-/// inside the zip. ValueError for meta tensors or storages viewed with two dtypes.
-inline void save_torch_bin(const StateDict& state, const std::string& path, const std::string& archive_name = "archive") {
+namespace detail {
+
+/// The whole archive written under its temporary name and synced, not yet renamed into place, so
+/// a caller can stage several files and publish them together.
+inline std::unique_ptr<AtomicFile> stage_torch_bin(const StateDict& state, const std::string& path,
+                                                   const std::string& archive_name) {
   struct Record {
     Tensor host;  // a tensor covering the whole storage bytes, on the host
     DType dtype;
@@ -301,7 +305,8 @@ inline void save_torch_bin(const StateDict& state, const std::string& path, cons
   if (items.size() == 1) p.out += 's';  // SETITEM
   p.out += '.';
 
-  AtomicFile f(path);
+  auto out = std::make_unique<AtomicFile>(path);
+  AtomicFile& f = *out;
   detail::ZipWriter z(f);
   const std::string pre = archive_name + "/";
   z.add(pre + "data.pkl", p.out.data(), p.out.size());
@@ -313,7 +318,16 @@ inline void save_torch_bin(const StateDict& state, const std::string& path, cons
   }
   z.add(pre + "version", "3\n", 2);
   z.finish();
-  f.commit();
+  f.sync();
+  return out;
+}
+
+}  // namespace detail
+
+/// Writes `state` as torch.save would (protocol 2), atomically. `archive_name` is the folder
+/// inside the zip. ValueError for meta tensors or storages viewed with two dtypes.
+inline void save_torch_bin(const StateDict& state, const std::string& path, const std::string& archive_name = "archive") {
+  detail::stage_torch_bin(state, path, archive_name)->commit();
 }
 
 }  // namespace accel::io

@@ -2,12 +2,14 @@
 //
 //   auto seq = std::make_shared<Sequential>();  seq->push_back(linear);  y = (*seq)(x);
 //   auto layers = std::make_shared<ModuleList>(); layers->push_back(block);  layers->at(3)
+//   auto heads = std::make_shared<ModuleDict>();  heads->insert("attn", attn);  heads->at("attn")
 //
 // Children are named as torch names them, so dotted paths ("layers.3.mlp") match checkpoints.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "accel/core/errors.hpp"
 #include "accel/nn/module.hpp"
@@ -67,6 +69,13 @@ class ModuleDict : public Module {
     throw KeyError("ModuleDict has no key '" + key + "'");
   }
   std::size_t size() const noexcept { return child_slots().size(); }
+  /// Keys in insertion order (a replaced key keeps its place, as in torch's ModuleDict).
+  std::vector<std::string> keys() const {
+    std::vector<std::string> out;
+    out.reserve(child_slots().size());
+    for (const auto& c : child_slots()) out.push_back(c.name);
+    return out;
+  }
 };
 
 }  // namespace accel::nn
