@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "../temp_dir.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -27,17 +29,7 @@ using namespace accel::io;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("accel_io_lc_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::string str() const { return path.string(); }
-};
+using accel_test::TempDir;
 
 // embed (8 x 4) -> layers.0, layers.1 (Linear 4 -> 4) -> norm -> head (Linear 4 -> 8, no bias),
 // plus an integer buffer on the root. `tie` shares head.weight with embed.weight.

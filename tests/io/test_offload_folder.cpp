@@ -2,6 +2,8 @@
 // as accelerate/utils/offload.py writes one.
 #include <catch2/catch.hpp>
 
+#include "../temp_dir.hpp"
+
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -30,16 +32,7 @@ const std::int64_t mib = 512 * 512 * 4;
 
 const fs::path fixture = fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "offload_fixture";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("accel_io_off_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
+using accel_test::TempDir;
 
 std::string read_raw(const fs::path& path) {
   std::ifstream f(path, std::ios::binary);

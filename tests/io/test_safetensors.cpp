@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "../temp_dir.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,16 +16,7 @@ using namespace accel::io;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("accel_io_st_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using accel_test::TempDir;
 
 std::string raw_file(const std::string& header, const std::string& data) {
   std::string out;

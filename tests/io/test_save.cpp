@@ -1,6 +1,8 @@
 // save(state_dict, path, safe_serialization) and shard_checkpoint over a state dict.
 #include <catch2/catch.hpp>
 
+#include "../temp_dir.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
@@ -17,16 +19,7 @@ using namespace accel;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("accel_io_save_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using accel_test::TempDir;
 
 // embed and head tied (one view), plus two slices of one fused storage that are not the same view.
 io::StateDict tied_state() {

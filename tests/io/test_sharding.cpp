@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "../temp_dir.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -17,16 +19,7 @@ using namespace accel::io;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("accel_io_sh_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using accel_test::TempDir;
 
 std::string read_raw(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -2,6 +2,8 @@
 // tests/io/make_torch_bin_fixtures.py), and save_torch_bin -> load_torch_bin round trips.
 #include <catch2/catch.hpp>
 
+#include "../temp_dir.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -42,16 +44,7 @@ std::string read_file(const fs::path& p) {
   return {std::istreambuf_iterator<char>(f), {}};
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("accel_io_tb_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using accel_test::TempDir;
 
 std::string hex_of(const Tensor& t) {
   const Tensor c = t.contiguous();
