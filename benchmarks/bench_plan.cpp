@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "accel/nn/hf_models.hpp"
+#include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/module_sizes.hpp"
@@ -20,14 +20,14 @@ namespace {
 
 std::shared_ptr<accel::nn::Module> llama3_70b() {
   auto guard = accel::nn::init_empty_weights(/*include_buffers=*/true);
-  accel::nn::LlamaConfig c;
+  accel::models::LlamaConfig c;
   c.vocab_size = 128256;
   c.hidden_size = 8192;
   c.intermediate_size = 28672;
   c.num_hidden_layers = 80;
   c.num_attention_heads = 64;
   c.num_key_value_heads = 8;
-  return accel::nn::build_llama(c, accel::DType::bf16);
+  return std::make_shared<accel::models::LlamaForCausalLM<>>(c, accel::DType::bf16);
 }
 
 const accel::nn::Module& model() {

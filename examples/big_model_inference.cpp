@@ -85,7 +85,7 @@ std::string budget_str(const accel::MaxMemory& mm) {
 
 std::shared_ptr<accel::nn::Module> skeleton(const nlohmann::json& config, accel::DType dtype) {
   auto scope = accel::nn::init_empty_weights();
-  return accel::nn::model_from_hf_config(config, dtype);
+  return accel::models::model_from_hf_config(config, dtype);
 }
 
 }  // namespace
@@ -110,7 +110,7 @@ int main(int argc, char** argv) try {
     checkpoint = *args.checkpoint;
   } else {
     // The built-in model's checkpoint: random weights, saved in 16 MB shards as transformers saves.
-    auto source = nn::model_from_hf_config(config, args.dtype);
+    auto source = models::model_from_hf_config(config, args.dtype);
     io::StateDict sd;
     set_seed(0);
     for (const auto& [name, t] : source->state_dict()) sd.insert_or_assign(name, randn(t.shape(), t.dtype()));

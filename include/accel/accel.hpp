@@ -18,13 +18,14 @@
 #include "accel/utils/utils.hpp"
 
 #include "accel/nn/containers.hpp"
-#include "accel/nn/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/nn/layers.hpp"
 #include "accel/nn/module.hpp"
 #include "accel/nn/set_tensor.hpp"
 #include "accel/nn/spec.hpp"
 #include "accel/nn/tied.hpp"
+
+#include "accel/models/models.hpp"
 
 #include "accel/io/checkpoint_files.hpp"
 #include "accel/io/file_names.hpp"

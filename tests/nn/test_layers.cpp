@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "accel/nn/containers.hpp"
-#include "accel/nn/hf_models.hpp"
+#include "accel/models/hf_models.hpp"
 #include "accel/nn/layers.hpp"
 
 using namespace accel;
@@ -62,20 +62,20 @@ TEST_CASE("Layer forwards run accel::ops", "[nn][layers]") {
 
 TEST_CASE("HF GPT-2 and LLaMA trees have transformers' names and ties", "[nn][hf]") {
   auto guard = nn::init_empty_weights(true);
-  nn::GPT2Config g;
+  models::GPT2Config g;
   g.vocab_size = 100, g.n_positions = 16, g.n_embd = 8, g.n_layer = 2, g.n_head = 2;
-  auto gpt2 = nn::build_gpt2(g);
+  auto gpt2 = std::make_shared<models::GPT2LMHeadModel<>>(g);
   CHECK(gpt2->get_parameter("transformer.h.1.attn.c_attn.weight").shape() == Shape{8, 24});
   CHECK(gpt2->parameter_cell("lm_head.weight") == gpt2->parameter_cell("transformer.wte.weight"));
   CHECK(gpt2->get_submodule("transformer.h.0").class_name() == "GPT2Block");
 
-  nn::LlamaConfig l;
+  models::LlamaConfig l;
   l.vocab_size = 64, l.hidden_size = 16, l.intermediate_size = 32, l.num_hidden_layers = 3;
   l.num_attention_heads = 4, l.num_key_value_heads = 2;
-  auto llama = nn::build_llama(l);
+  auto llama = std::make_shared<models::LlamaForCausalLM<>>(l);
   CHECK(llama->get_parameter("model.layers.2.self_attn.k_proj.weight").shape() == Shape{8, 16});
   CHECK(llama->get_parameter("model.layers.0.mlp.down_proj.weight").shape() == Shape{16, 32});
   CHECK(llama->no_split_modules() == std::vector<std::string>{"LlamaDecoderLayer"});
   CHECK(llama->get_parameter("lm_head.weight").is_meta());
-  CHECK_THROWS_AS(nn::model_from_hf_config(nlohmann::json{{"model_type", "bert"}}), ValueError);
+  CHECK_THROWS_AS(models::model_from_hf_config(nlohmann::json{{"model_type", "bert"}}), ValueError);
 }

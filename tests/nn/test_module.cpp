@@ -108,10 +108,13 @@ TEST_CASE("The hook slot wraps forward", "[nn][module]") {
   };
   struct Hook : nn::ModuleHook {
     int pre = 0, post = 0;
-    void pre_forward(Module&, Tensor&) override { ++pre; }
-    void post_forward(Module&, Tensor& y) override {
+    void pre_forward(Module&, const nn::TensorRefs& args) override {
+      ++pre;
+      CHECK(args.size() == 1);
+    }
+    void post_forward(Module&, const nn::TensorRefs& outputs) override {
       ++post;
-      y = Tensor::full(y.shape(), 7.0);
+      outputs.for_each([](Tensor& y) { y = Tensor::full(y.shape(), 7.0); });
     }
   };
   Doubler d;

@@ -12,7 +12,7 @@
 
 #include "config_fixture.hpp"
 
-#include "accel/nn/hf_models.hpp"
+#include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/plan/module_sizes.hpp"
 
@@ -21,9 +21,9 @@ using namespace accel;
 namespace {
 using accel_test::config;
 
-std::shared_ptr<nn::Module> build(const std::string& name, nn::HFModelKind kind) {
+std::shared_ptr<nn::Module> build(const std::string& name, models::HFModelKind kind) {
   auto guard = nn::init_empty_weights(true);
-  return nn::model_from_hf_config(config(name), DType::f32, kind);
+  return models::model_from_hf_config(config(name), DType::f32, kind);
 }
 
 std::int64_t parameter_count(nn::Module& m) {
@@ -40,8 +40,8 @@ ByteSize at(const nn::Module& m, DType d) {
 }  // namespace
 
 TEST_CASE("GPT-2 config: GPT2Model and GPT2LMHeadModel sizes", "[plan][sizes][hf]") {
-  auto base = build("gpt2", nn::HFModelKind::base);
-  auto lm = build("gpt2", nn::HFModelKind::causal_lm);
+  auto base = build("gpt2", models::HFModelKind::base);
+  auto lm = build("gpt2", models::HFModelKind::causal_lm);
   CHECK(base->class_name() == "GPT2Model");
   CHECK(lm->class_name() == "GPT2LMHeadModel");
   CHECK(base->no_split_modules() == std::vector<std::string>{"GPT2Block"});
@@ -61,8 +61,8 @@ TEST_CASE("GPT-2 config: GPT2Model and GPT2LMHeadModel sizes", "[plan][sizes][hf
 }
 
 TEST_CASE("Llama-2-7b config: LlamaModel and LlamaForCausalLM sizes", "[plan][sizes][hf]") {
-  auto base = build("llama2_7b", nn::HFModelKind::base);
-  auto lm = build("llama2_7b", nn::HFModelKind::causal_lm);
+  auto base = build("llama2_7b", models::HFModelKind::base);
+  auto lm = build("llama2_7b", models::HFModelKind::causal_lm);
   CHECK(base->class_name() == "LlamaModel");
   CHECK(lm->class_name() == "LlamaForCausalLM");
   CHECK(parameter_count(*base) == 6607343616);
@@ -83,8 +83,8 @@ TEST_CASE("Llama-2-7b config: LlamaModel and LlamaForCausalLM sizes", "[plan][si
 }
 
 TEST_CASE("TinyLlama config: grouped-query attention sizes", "[plan][sizes][hf]") {
-  auto base = build("tinyllama_1.1b", nn::HFModelKind::base);
-  auto lm = build("tinyllama_1.1b", nn::HFModelKind::causal_lm);
+  auto base = build("tinyllama_1.1b", models::HFModelKind::base);
+  auto lm = build("tinyllama_1.1b", models::HFModelKind::causal_lm);
   CHECK(parameter_count(*lm) == 1100048384);
   CHECK(parameter_count(*base) == 1100048384 - 32000LL * 2048);
   CHECK(base->get_submodule("layers.0.self_attn.k_proj").get_parameter("weight").shape() == Shape{256, 2048});
@@ -95,7 +95,7 @@ TEST_CASE("A tied LLaMA config shares lm_head with embed_tokens", "[plan][sizes]
   auto j = config("tinyllama_1.1b");
   j["tie_word_embeddings"] = true;
   auto guard = nn::init_empty_weights(true);
-  auto lm = nn::model_from_hf_config(j);
+  auto lm = models::model_from_hf_config(j);
   CHECK(parameter_count(*lm) == 1100048384 - 32000LL * 2048);
   CHECK(lm->parameter_cell("lm_head.weight") == lm->parameter_cell("model.embed_tokens.weight"));
 }

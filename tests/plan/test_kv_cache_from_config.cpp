@@ -35,7 +35,7 @@ TEST_CASE("KV cache of Llama-2-7b from its config.json", "[plan][reserve][kv]") 
   const auto f32 = plan::kv_cache_shape_from_hf_config(j, 100, 3, DType::f32);
   CHECK(plan::estimate_kv_cache_bytes(f32) == ByteSize(2LL * 32 * 32 * 128 * 100 * 3 * 4));
   // The overload on the parsed struct agrees.
-  CHECK(plan::estimate_kv_cache_bytes(plan::kv_cache_shape(nn::llama_config_from_json(j), 4096, 1, DType::f16)) ==
+  CHECK(plan::estimate_kv_cache_bytes(plan::kv_cache_shape(models::llama_config_from_json(j), 4096, 1, DType::f16)) ==
         plan::estimate_kv_cache_bytes(s));
 }
 
@@ -81,14 +81,15 @@ TEST_CASE("KV cache of GPT-2 from its config.json", "[plan][reserve][kv]") {
 TEST_CASE("KV cache from a config: bad configs are refused", "[plan][reserve][kv]") {
   CHECK_THROWS_AS(plan::kv_cache_shape_from_hf_config(nlohmann::json{{"model_type", "bert"}}, 10), ValueError);
   CHECK_THROWS_AS(plan::kv_cache_shape_from_hf_config(nlohmann::json::object(), 10), ValueError);
+  // Inconsistent or out-of-range fields are errors in the config file: FormatError naming the key.
   CHECK_THROWS_AS(plan::kv_cache_shape_from_hf_config(
                       nlohmann::json{{"model_type", "llama"}, {"hidden_size", 100}, {"num_attention_heads", 3}}, 10),
-                  ValueError);
+                  FormatError);
   CHECK_THROWS_AS(plan::kv_cache_shape_from_hf_config(
                       nlohmann::json{{"model_type", "llama"}, {"num_attention_heads", 0}}, 10),
-                  ValueError);
+                  FormatError);
   CHECK_THROWS_AS(plan::kv_cache_shape_from_hf_config(nlohmann::json{{"model_type", "gpt2"}, {"n_head", 5}}, 10),
-                  ValueError);
+                  FormatError);
   CHECK_THROWS_AS(plan::kv_cache_shape_from_hf_config(nlohmann::json{{"model_type", "llama"}, {"num_hidden_layers", "32"}}, 10),
                   FormatError);
   CHECK_THROWS_AS(plan::estimate_kv_cache_bytes(plan::kv_cache_shape_from_hf_config(config("llama2_7b"), -1)), ValueError);

@@ -31,4 +31,20 @@ inline DType autocast_target(DType operand) noexcept {
   return castable ? *slot : operand;
 }
 
+/// RAII: sets this thread's autocast dtype (nullopt: off) for a scope and restores the previous
+/// one at exit. utils::AutocastScope builds on it with Accelerate's spellings; nn::BasicModule
+/// uses it for the policy bundle's compute dtype.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(std::optional<DType> dtype) noexcept : previous_(detail::autocast_slot()) {
+    detail::autocast_slot() = dtype;
+  }
+  ~AutocastGuard() { detail::autocast_slot() = previous_; }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+
 }  // namespace accel::core

@@ -1,11 +1,25 @@
 // accel::nn::Module: a node with parameters, buffers and children reachable by dotted name, in
 // registration order, with libtorch's verbs and torch's traversal rules.
 //
-//   register_parameter / register_buffer(persistent) / register_module
-//   named_parameters / named_buffers / named_children / named_modules / state_dict / parameters
-//   get_submodule / get_parameter / get_buffer / parameter_cell (mutable slot) / apply / to
-//   class_name()    what no_split_module_classes matches
-//   operator()(x)   hook slot -> forward(x) -> hook slot
+//   register_parameter / register_buffer(persistent) / register_module / replace_module
+//   parameters(recurse) / buffers(recurse) / children() / modules()
+//   named_parameters / named_buffers / named_children / named_modules / state_dict
+//   find_submodule / find_parameter / find_buffer / find_tensor_cell   pointer, null when absent
+//   get_submodule / get_parameter / get_buffer / tensor_cell           KeyError naming the path
+//   as<T>() / apply / to(device, dtype, non_blocking)
+//   class_name()          what no_split_module_classes matches
+//   operator()(x)         hook slot -> forward(x) -> hook slot (one tensor, virtual forward)
+//   Module::invoke(m, a...)  hook slot -> m.forward(a...) -> hook slot (any nested argument pack)
+//
+// Names live in one index per module (torch keeps parameters, buffers and children in one
+// attribute namespace), so a lookup by dotted path costs one hash probe per component.
+//
+// The call path: modules whose forward takes several arguments (a decoder layer: hidden states,
+// positions, a KV-cache slot) are called through `Module::invoke`, or through the operator() that
+// BasicModule (nn/basic_module.hpp) gives them. With no hook attached a call is the forward call
+// itself plus one null test. With a hook, the arguments are copied into a pack (tensors are small
+// handles), the hook sees every tensor of it (TensorRefs) and may replace them, then forward runs
+// on the pack and the hook sees the results.
 //
 // A slot holds a shared_ptr<Parameter>; tied weights are slots sharing one Parameter, so replacing
 // `cell->data` (a loader swapping a meta tensor for a real one) keeps the tie. Traversals follow
@@ -13,7 +27,11 @@
 // state_dict lists every name.
 #pragma once
 
+#include <deque>
 #include <functional>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +43,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/nn/init.hpp"
+#include "accel/nn/module_hook.hpp"
 
 namespace accel::nn {
 
@@ -34,19 +53,6 @@ struct Parameter {
   bool requires_grad = true;
 };
 using ParameterPtr = std::shared_ptr<Parameter>;
-
-class Module;
-
-/// What a hook attached to a module sees around its forward. Hooks of a later layer derive from
-/// this; the default does nothing.
-class ModuleHook {
- public:
-  virtual ~ModuleHook() = default;
-  /// Called before forward; may replace the input (move it to the execution device, ...).
-  virtual void pre_forward(Module& /*module*/, Tensor& /*input*/) {}
-  /// Called after forward; may replace the output.
-  virtual void post_forward(Module& /*module*/, Tensor& /*output*/) {}
-};
 
 class Module {
  public:
@@ -82,55 +88,75 @@ class Module {
   // ---- registration ----------------------------------------------------------------------------
 
   /// Registers (or replaces) parameter `name`. Under init_empty_weights / init_on_device the
-  /// tensor is moved to the scope's device first (meta: no storage). Returns the stored tensor.
-  Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true) {
-    check_name(name, "parameter", has_parameter(name));
+  /// tensor is moved to the scope's device first (meta: no storage). Returns the slot: a layer
+  /// keeps its address to read the weight without a lookup (slots never move, and the slot follows
+  /// re-ties and replacements: `(*slot)->data` is always the current tensor).
+  ParameterPtr& register_parameter(const std::string& name, Tensor t, bool requires_grad = true) {
+    check_name(name, Kind::parameter);
     const Device d = init_device_for(false, t.device());
     if (t.defined() && d != t.device()) t = t.to(d);
-    auto cell = std::make_shared<Parameter>(Parameter{std::move(t), requires_grad});
-    return set_param_cell(name, std::move(cell)).data;
+    return set_param_cell(name, std::make_shared<Parameter>(Parameter{std::move(t), requires_grad}));
   }
   /// Registers an existing cell under `name`: the slot is tied to every other slot holding it.
-  Parameter& register_parameter(const std::string& name, ParameterPtr cell) {
+  ParameterPtr& register_parameter(const std::string& name, ParameterPtr cell) {
     if (!cell) throw ValueError(class_name_ + ": register_parameter('" + name + "') with a null cell");
-    check_name(name, "parameter", has_parameter(name));
+    check_name(name, Kind::parameter);
     return set_param_cell(name, std::move(cell));
   }
   /// Registers (or replaces) buffer `name`; non-persistent buffers are left out of state_dict().
-  Tensor& register_buffer(const std::string& name, Tensor t, bool persistent = true) {
-    check_name(name, "buffer", find_slot(buffers_, name) != nullptr);
+  /// Returns the slot, as register_parameter does.
+  ParameterPtr& register_buffer(const std::string& name, Tensor t, bool persistent = true) {
+    check_name(name, Kind::buffer);
     const Device d = init_device_for(true, t.device());
     if (t.defined() && d != t.device()) t = t.to(d);
     auto cell = std::make_shared<Parameter>(Parameter{std::move(t), false});
-    if (auto* s = find_slot(buffers_, name)) {
+    if (auto* s = slot_of(buffers_, Kind::buffer, name)) {
       s->cell = std::move(cell);
       s->persistent = persistent;
-      return s->cell->data;
+      return s->cell;
     }
+    index_.emplace(name, Entry{Kind::buffer, buffers_.size()});
     buffers_.push_back({name, std::move(cell), persistent});
-    return buffers_.back().cell->data;
+    return buffers_.back().cell;
   }
-  /// Registers `module` as child `name`. The same module may sit under several names or parents.
+  /// Registers `module` as child `name` (replacing a child of that name). The same module may sit
+  /// under several names or parents.
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     static_assert(std::is_base_of_v<Module, M>, "register_module takes a std::shared_ptr to a Module subclass");
     if (!module) throw ValueError(class_name_ + ": register_module('" + name + "') with a null module");
-    check_name(name, "module", find_slot(children_, name) != nullptr);
-    if (auto* s = find_slot(children_, name)) {
+    check_name(name, Kind::child);
+    if (auto* s = slot_of(children_, Kind::child, name)) {
       s->module = module;
     } else {
+      index_.emplace(name, Entry{Kind::child, children_.size()});
       children_.push_back({name, module});
     }
     return module;
   }
+  /// libtorch's replace_module: puts `module` in the place of the existing child `name` (its
+  /// position in the traversal order kept). KeyError when there is no such child.
+  template <class M>
+  std::shared_ptr<M> replace_module(const std::string& name, std::shared_ptr<M> module) {
+    if (!slot_of(children_, Kind::child, name)) {
+      throw KeyError(class_name_ + ": replace_module('" + name + "'): there is no child of that name");
+    }
+    return register_module(name, std::move(module));
+  }
 
   // ---- direct slots ----------------------------------------------------------------------------
 
-  const std::vector<ParameterSlot>& parameter_slots() const noexcept { return params_; }
-  const std::vector<BufferSlot>& buffer_slots() const noexcept { return buffers_; }
-  const std::vector<ChildSlot>& child_slots() const noexcept { return children_; }
-  bool has_parameter(std::string_view name) const { return find_slot(params_, name) != nullptr; }
-  bool has_buffer(std::string_view name) const { return find_slot(buffers_, name) != nullptr; }
+  /// Slots in registration order (a deque: registering more never moves existing slots).
+  const std::deque<ParameterSlot>& parameter_slots() const noexcept { return params_; }
+  const std::deque<BufferSlot>& buffer_slots() const noexcept { return buffers_; }
+  const std::deque<ChildSlot>& child_slots() const noexcept { return children_; }
+  bool has_parameter(std::string_view name) const { return slot_of(params_, Kind::parameter, name) != nullptr; }
+  bool has_buffer(std::string_view name) const { return slot_of(buffers_, Kind::buffer, name) != nullptr; }
+  /// The direct child `name`, or null.
+  Module* find_child(std::string_view name) const {
+    const auto* s = slot_of(children_, Kind::child, name);
+    return s ? s->module.get() : nullptr;
+  }
 
   // ---- traversal (torch's order and de-duplication) ------------------------------------------
 
@@ -138,12 +164,20 @@ class Module {
   Named<Module*> named_modules(const std::string& prefix = "", bool remove_duplicate = true) {
     Named<Module*> out;
     std::unordered_set<const Module*> memo;
-    collect_modules(const_cast<Module*>(this), prefix, remove_duplicate, memo, out);
+    collect_modules(this, prefix, remove_duplicate, memo, out);
     return out;
   }
   Named<const Module*> named_modules(const std::string& prefix = "", bool remove_duplicate = true) const {
     Named<Module*> tmp = const_cast<Module*>(this)->named_modules(prefix, remove_duplicate);
     return Named<const Module*>(tmp.begin(), tmp.end());
+  }
+  /// Every module once, pre-order, this one first (libtorch's modules(include_self)).
+  std::vector<Module*> modules(bool include_self = true) {
+    std::vector<Module*> out;
+    for (auto& [n, m] : named_modules()) {
+      if (include_self || m != this) out.push_back(m);
+    }
+    return out;
   }
   /// Direct children, a module registered twice under this parent reported once.
   Named<Module*> named_children() const {
@@ -154,12 +188,16 @@ class Module {
     }
     return out;
   }
+  /// Direct children, each once, in registration order.
+  std::vector<Module*> children() const {
+    std::vector<Module*> out;
+    for (auto& [n, m] : named_children()) out.push_back(m);
+    return out;
+  }
   /// Parameters by dotted name; a tied parameter appears once, under the name met first.
   Named<Tensor> named_parameters(const std::string& prefix = "", bool recurse = true,
                                  bool remove_duplicate = true) const {
-    Named<Tensor> out;
-    for (auto& [n, cell] : named_parameter_cells(prefix, recurse, remove_duplicate)) out.emplace_back(n, cell->data);
-    return out;
+    return tensors_of(named_parameter_cells(prefix, recurse, remove_duplicate));
   }
   /// As named_parameters, with the shared cells (to compare identities or replace tensors).
   Named<ParameterPtr> named_parameter_cells(const std::string& prefix = "", bool recurse = true,
@@ -169,29 +207,19 @@ class Module {
   /// Buffers (persistent or not) by dotted name, each tensor once.
   Named<Tensor> named_buffers(const std::string& prefix = "", bool recurse = true,
                               bool remove_duplicate = true) const {
-    Named<Tensor> out;
-    for (auto& [n, cell] : named_buffer_cells(prefix, recurse, remove_duplicate)) out.emplace_back(n, cell->data);
-    return out;
+    return tensors_of(named_buffer_cells(prefix, recurse, remove_duplicate));
   }
   Named<ParameterPtr> named_buffer_cells(const std::string& prefix = "", bool recurse = true,
                                          bool remove_duplicate = true) const {
     return collect_cells(prefix, recurse, remove_duplicate, /*buffers=*/true);
   }
   /// Every parameter tensor once, in traversal order.
-  std::vector<Tensor> parameters(bool recurse = true) const {
-    std::vector<Tensor> out;
-    for (auto& [n, t] : named_parameters("", recurse)) out.push_back(t);
-    return out;
-  }
+  std::vector<Tensor> parameters(bool recurse = true) const { return values_of(named_parameters("", recurse)); }
+  /// Every buffer tensor once, in traversal order.
+  std::vector<Tensor> buffers(bool recurse = true) const { return values_of(named_buffers("", recurse)); }
   /// torch's state_dict(keep_vars=True): every name of every parameter (tied names included) and
   /// of every persistent buffer, modules registered twice listed under each path.
-  Named<Tensor> state_dict(const std::string& prefix = "") const {
-    Named<ParameterPtr> cells = state_dict_cells(prefix);
-    Named<Tensor> out;
-    out.reserve(cells.size());
-    for (auto& [n, c] : cells) out.emplace_back(n, c->data);
-    return out;
-  }
+  Named<Tensor> state_dict(const std::string& prefix = "") const { return tensors_of(state_dict_cells(prefix)); }
   /// state_dict with the cells: names sharing a cell share one storage.
   Named<ParameterPtr> state_dict_cells(const std::string& prefix = "") const {
     Named<ParameterPtr> out;
@@ -201,6 +229,16 @@ class Module {
 
   // ---- lookup by dotted path -------------------------------------------------------------------
 
+  /// The module at `path` ("" is this one), or null when a component is missing.
+  Module* find_submodule(std::string_view path) const {
+    const Module* m = this;
+    while (m && !path.empty()) {
+      const auto dot = path.find('.');
+      m = m->find_child(path.substr(0, dot));
+      path = dot == std::string_view::npos ? std::string_view{} : path.substr(dot + 1);
+    }
+    return const_cast<Module*>(m);
+  }
   /// The module at `path` ("" is this one); KeyError names the missing component.
   Module& get_submodule(std::string_view path) {
     Module* m = this;
@@ -208,57 +246,78 @@ class Module {
     while (!path.empty()) {
       const auto dot = path.find('.');
       const std::string_view part = path.substr(0, dot);
-      const auto* slot = find_slot(m->children_, part);
-      if (!slot) {
+      Module* next = m->find_child(part);
+      if (!next) {
         throw KeyError(m->class_name_ + (walked.empty() ? std::string(" (the root)") : " '" + walked + "'") +
                        " has no submodule '" + std::string(part) + "'");
       }
       walked += (walked.empty() ? "" : ".") + std::string(part);
-      m = slot->module.get();
+      m = next;
       path = dot == std::string_view::npos ? std::string_view{} : path.substr(dot + 1);
     }
     return *m;
   }
   const Module& get_submodule(std::string_view path) const { return const_cast<Module*>(this)->get_submodule(path); }
 
-  /// The mutable slot of parameter or buffer `path`: assign `->data` to replace the tensor
-  /// (ties kept), or assign the pointer itself to re-tie. KeyError when absent.
-  ParameterPtr& tensor_cell(std::string_view path) {
+  /// The mutable slot of parameter or buffer `path` (assign `->data` to replace the tensor with
+  /// ties kept, or the pointer itself to re-tie), or null when absent.
+  ParameterPtr* find_tensor_cell(std::string_view path) const {
     const auto [owner, leaf] = split_path(path);
-    Module& m = get_submodule(owner);
-    if (auto* p = find_slot(m.params_, leaf)) return p->cell;
-    if (auto* b = find_slot(m.buffers_, leaf)) return b->cell;
-    throw KeyError("module '" + std::string(owner) + "' (" + m.class_name_ + ") has no parameter or buffer '" +
-                   std::string(leaf) + "'");
+    Module* m = find_submodule(owner);
+    if (!m) return nullptr;
+    if (auto* p = m->slot_of(m->params_, Kind::parameter, leaf)) return &p->cell;
+    if (auto* b = m->slot_of(m->buffers_, Kind::buffer, leaf)) return &b->cell;
+    return nullptr;
   }
-  /// The mutable slot of parameter `path`.
+  /// Parameter `path`, or null.
+  const Tensor* find_parameter(std::string_view path) const {
+    const auto [owner, leaf] = split_path(path);
+    const Module* m = find_submodule(owner);
+    const auto* p = m ? m->slot_of(m->params_, Kind::parameter, leaf) : nullptr;
+    return p ? &p->cell->data : nullptr;
+  }
+  /// Buffer `path`, or null.
+  const Tensor* find_buffer(std::string_view path) const {
+    const auto [owner, leaf] = split_path(path);
+    const Module* m = find_submodule(owner);
+    const auto* b = m ? m->slot_of(m->buffers_, Kind::buffer, leaf) : nullptr;
+    return b ? &b->cell->data : nullptr;
+  }
+  /// The mutable slot of parameter or buffer `path`; KeyError when absent.
+  ParameterPtr& tensor_cell(std::string_view path) {
+    if (auto* c = find_tensor_cell(path)) return *c;
+    throw missing(path, "parameter or buffer");
+  }
+  /// The mutable slot of parameter `path`; KeyError when absent.
   ParameterPtr& parameter_cell(std::string_view path) {
     const auto [owner, leaf] = split_path(path);
     Module& m = get_submodule(owner);
-    if (auto* p = find_slot(m.params_, leaf)) return p->cell;
-    throw KeyError("module '" + std::string(owner) + "' (" + m.class_name_ + ") has no parameter '" +
-                   std::string(leaf) + "'");
+    if (auto* p = m.slot_of(m.params_, Kind::parameter, leaf)) return p->cell;
+    throw missing(path, "parameter");
   }
   const Tensor& get_parameter(std::string_view path) const {
-    return const_cast<Module*>(this)->parameter_cell(path)->data;
+    if (const Tensor* t = find_parameter(path)) return *t;
+    throw missing(path, "parameter");
   }
   const Tensor& get_buffer(std::string_view path) const {
-    const auto [owner, leaf] = split_path(path);
-    const Module& m = get_submodule(owner);
-    if (const auto* b = find_slot(m.buffers_, leaf)) return b->cell->data;
-    throw KeyError("module '" + std::string(owner) + "' (" + m.class_name_ + ") has no buffer '" +
-                   std::string(leaf) + "'");
+    if (const Tensor* t = find_buffer(path)) return *t;
+    throw missing(path, "buffer");
   }
-  /// A parameter or buffer by path.
+  /// A parameter or buffer by path; KeyError when absent.
   const Tensor& get_tensor(std::string_view path) const { return const_cast<Module*>(this)->tensor_cell(path)->data; }
   /// True when `path` names a parameter or buffer.
-  bool has_tensor(std::string_view path) const {
-    try {
-      (void)get_tensor(path);
-      return true;
-    } catch (const KeyError&) {
-      return false;
-    }
+  bool has_tensor(std::string_view path) const { return find_tensor_cell(path) != nullptr; }
+
+  /// This module as a `T` (libtorch's as<T>()), or null when it is not one.
+  template <class T>
+  T* as() noexcept {
+    static_assert(std::is_base_of_v<Module, T>, "Module::as<T>: T must be a Module subclass");
+    return dynamic_cast<T*>(this);
+  }
+  template <class T>
+  const T* as() const noexcept {
+    static_assert(std::is_base_of_v<Module, T>, "Module::as<T>: T must be a Module subclass");
+    return dynamic_cast<const T*>(this);
   }
 
   // ---- whole-tree operations -------------------------------------------------------------------
@@ -270,31 +329,20 @@ class Module {
     return *this;
   }
   /// Moves every parameter and buffer to `device`; `dtype` converts floating tensors only
-  /// (integers and bools keep theirs). Tied tensors are moved once and stay tied.
-  Module& to(Device device, std::optional<DType> dtype = std::nullopt) {
-    std::unordered_set<const Parameter*> done;
-    for (auto& [name, m] : named_modules()) {
-      auto move = [&](const ParameterPtr& cell) {
-        if (!done.insert(cell.get()).second || !cell->data.defined()) return;
-        const bool cast = dtype && cell->data.is_floating_point();
-        cell->data = cell->data.to(device, cast ? dtype : std::nullopt);
-      };
-      for (auto& p : m->params_) move(p.cell);
-      for (auto& b : m->buffers_) move(b.cell);
-    }
-    return *this;
+  /// (integers and bools keep theirs). Tied tensors are moved once and stay tied. Copies are
+  /// synchronous whatever `non_blocking` says: the flag is accepted for libtorch's signature, and
+  /// asynchronous copies belong to the streams of the CUDA backend.
+  Module& to(Device device, std::optional<DType> dtype = std::nullopt, bool non_blocking = false) {
+    (void)non_blocking;
+    return convert_all([&](const Tensor& t) {
+      const bool cast = dtype && t.is_floating_point();
+      return t.to(device, cast ? dtype : std::nullopt);
+    });
   }
-  Module& to(DType dtype) {
-    std::unordered_set<const Parameter*> done;
-    for (auto& [name, m] : named_modules()) {
-      auto cast = [&](const ParameterPtr& cell) {
-        if (!done.insert(cell.get()).second || !cell->data.defined() || !cell->data.is_floating_point()) return;
-        cell->data = cell->data.to(dtype);
-      };
-      for (auto& p : m->params_) cast(p.cell);
-      for (auto& b : m->buffers_) cast(b.cell);
-    }
-    return *this;
+  /// Converts every floating parameter and buffer to `dtype`, on its device.
+  Module& to(DType dtype, bool non_blocking = false) {
+    (void)non_blocking;
+    return convert_all([&](const Tensor& t) { return t.is_floating_point() ? t.to(dtype) : t; });
   }
 
   // ---- calling ---------------------------------------------------------------------------------
@@ -303,55 +351,124 @@ class Module {
   virtual Tensor forward(const Tensor& /*input*/) {
     throw ValueError(class_name_ + " has no single-tensor forward");
   }
-  /// Calls forward through the hook slot: pre_forward may replace the input, post_forward the output.
-  Tensor operator()(const Tensor& input) {
-    if (!hook_) return forward(input);
-    Tensor x = input;
-    hook_->pre_forward(*this, x);
-    Tensor y = forward(x);
-    hook_->post_forward(*this, y);
-    return y;
+  /// Calls forward(input) through the hook slot and the module's policy scope.
+  Tensor operator()(const Tensor& input) { return call_single(input); }
+
+  /// Calls `self.forward(args...)` through self's hook slot: without a hook, the forward call
+  /// itself; with one, pre_forward sees (and may replace) every tensor of a copy of the arguments,
+  /// then post_forward every tensor of the result.
+  template <class Self, class... Args>
+  static auto invoke(Self& self, Args&&... args) {
+    static_assert(std::is_base_of_v<Module, Self>, "Module::invoke: self must be a Module");
+    using Result = decltype(self.forward(std::forward<Args>(args)...));
+    static_assert(!std::is_reference_v<Result>, "Module::invoke: forward must return a value (tensors are handles)");
+    ModuleHook* hook = static_cast<Module&>(self).hook_.get();
+    if (!hook) return self.forward(std::forward<Args>(args)...);
+    std::tuple<std::decay_t<Args>...> pack(std::forward<Args>(args)...);
+    hook->pre_forward(self, TensorRefs::of(pack));
+    Result out = std::apply([&](auto&... a) { return self.forward(a...); }, pack);
+    hook->post_forward(self, TensorRefs::of(out));
+    return out;
   }
+
   /// The hook attached to this module (null when none).
   const std::shared_ptr<ModuleHook>& hook() const noexcept { return hook_; }
-  void set_hook(std::shared_ptr<ModuleHook> hook) { hook_ = std::move(hook); }
+  /// Attaches `hook` (null removes): the previous hook's detach_hook and the new one's init_hook run.
+  void set_hook(std::shared_ptr<ModuleHook> hook) {
+    if (hook_) hook_->detach_hook(*this);
+    hook_ = std::move(hook);
+    if (hook_) hook_->init_hook(*this);
+  }
+
+ protected:
+  /// The single-tensor call; BasicModule wraps it in its policy scope.
+  virtual Tensor call_single(const Tensor& input) { return invoke(*this, input); }
 
  private:
+  enum class Kind : unsigned char { parameter, buffer, child };
+  struct Entry {
+    Kind kind;
+    std::size_t index;
+  };
+  // Heterogeneous lookup: find by string_view without building a std::string.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  using NameIndex = std::unordered_map<std::string, Entry, NameHash, std::equal_to<>>;
+
   template <class Slot>
-  static Slot* find_slot(std::vector<Slot>& v, std::string_view name) {
-    for (auto& s : v) {
-      if (s.name == name) return &s;
-    }
-    return nullptr;
+  Slot* slot_of(std::deque<Slot>& v, Kind kind, std::string_view name) {
+    const auto it = index_.find(name);
+    return it != index_.end() && it->second.kind == kind ? &v[it->second.index] : nullptr;
   }
   template <class Slot>
-  static const Slot* find_slot(const std::vector<Slot>& v, std::string_view name) {
-    for (const auto& s : v) {
-      if (s.name == name) return &s;
-    }
-    return nullptr;
+  const Slot* slot_of(const std::deque<Slot>& v, Kind kind, std::string_view name) const {
+    const auto it = index_.find(name);
+    return it != index_.end() && it->second.kind == kind ? &v[it->second.index] : nullptr;
   }
   static std::pair<std::string_view, std::string_view> split_path(std::string_view path) {
     const auto dot = path.rfind('.');
     if (dot == std::string_view::npos) return {std::string_view{}, path};
     return {path.substr(0, dot), path.substr(dot + 1)};
   }
-  // torch keeps parameters, buffers and children in one attribute namespace.
-  void check_name(const std::string& name, const char* kind, bool replacing_same_kind) const {
-    if (name.empty() || name.find('.') != std::string::npos) {
-      throw KeyError(class_name_ + ": " + kind + " name '" + name + "' must be non-empty and contain no '.'");
+  KeyError missing(std::string_view path, const char* what) const {
+    const auto [owner, leaf] = split_path(path);
+    const Module* m = find_submodule(owner);
+    if (!m) {
+      (void)const_cast<Module*>(this)->get_submodule(owner);  // throws, naming the missing component
     }
-    if (replacing_same_kind) return;
-    const bool clash = find_slot(params_, name) || find_slot(buffers_, name) || find_slot(children_, name);
-    if (clash) throw KeyError(class_name_ + ": attribute '" + name + "' already exists (cannot register a " + kind + ")");
+    return KeyError("module '" + std::string(owner) + "' (" + m->class_name_ + ") has no " + what + " '" +
+                    std::string(leaf) + "'");
   }
-  Parameter& set_param_cell(const std::string& name, ParameterPtr cell) {
-    if (auto* s = find_slot(params_, name)) {
-      s->cell = std::move(cell);
-      return *s->cell;
+  static const char* kind_name(Kind k) {
+    return k == Kind::parameter ? "parameter" : k == Kind::buffer ? "buffer" : "module";
+  }
+  // torch keeps parameters, buffers and children in one attribute namespace: a name may be
+  // re-registered as the same kind (replacing it), never as another kind.
+  void check_name(const std::string& name, Kind kind) const {
+    if (name.empty() || name.find('.') != std::string::npos) {
+      throw KeyError(class_name_ + ": " + kind_name(kind) + " name '" + name + "' must be non-empty and contain no '.'");
     }
+    const auto it = index_.find(name);
+    if (it != index_.end() && it->second.kind != kind) {
+      throw KeyError(class_name_ + ": attribute '" + name + "' already exists (cannot register a " + kind_name(kind) +
+                     ")");
+    }
+  }
+  ParameterPtr& set_param_cell(const std::string& name, ParameterPtr cell) {
+    if (auto* s = slot_of(params_, Kind::parameter, name)) {
+      s->cell = std::move(cell);
+      return s->cell;
+    }
+    index_.emplace(name, Entry{Kind::parameter, params_.size()});
     params_.push_back({name, std::move(cell)});
-    return *params_.back().cell;
+    return params_.back().cell;
+  }
+  template <class Convert>
+  Module& convert_all(Convert convert) {
+    std::unordered_set<const Parameter*> done;
+    for (auto& [name, m] : named_modules()) {
+      auto move = [&](const ParameterPtr& cell) {
+        if (!done.insert(cell.get()).second || !cell->data.defined()) return;
+        cell->data = convert(cell->data);
+      };
+      for (auto& p : m->params_) move(p.cell);
+      for (auto& b : m->buffers_) move(b.cell);
+    }
+    return *this;
+  }
+  static Named<Tensor> tensors_of(const Named<ParameterPtr>& cells) {
+    Named<Tensor> out;
+    out.reserve(cells.size());
+    for (const auto& [n, c] : cells) out.emplace_back(n, c->data);
+    return out;
+  }
+  static std::vector<Tensor> values_of(const Named<Tensor>& named) {
+    std::vector<Tensor> out;
+    out.reserve(named.size());
+    for (const auto& [n, t] : named) out.push_back(t);
+    return out;
   }
   static void collect_modules(Module* m, const std::string& prefix, bool remove_duplicate,
                               std::unordered_set<const Module*>& memo, Named<Module*>& out) {
@@ -395,9 +512,10 @@ class Module {
 
   std::string class_name_;
   std::vector<std::string> no_split_modules_;
-  std::vector<ParameterSlot> params_;
-  std::vector<BufferSlot> buffers_;
-  std::vector<ChildSlot> children_;
+  std::deque<ParameterSlot> params_;
+  std::deque<BufferSlot> buffers_;
+  std::deque<ChildSlot> children_;
+  NameIndex index_;
   std::shared_ptr<ModuleHook> hook_;
 };
 

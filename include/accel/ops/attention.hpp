@@ -38,6 +38,7 @@ struct SdpaArgs {
   std::int64_t B, Hq, Hkv, T, S, D, Dv;
   float scale;
   bool causal;
+  std::int64_t window;  // > 0: a query sees only the `window` newest keys it may see (itself included)
 };
 
 /// Prefill attention: per (batch, kv head, query block), one batched GEMM over the group's query
@@ -71,9 +72,11 @@ inline void sdpa_blocked_gemm(const SdpaArgs& a) {
         for (std::int64_t r = 0; r < rows; ++r) {
           const std::int64_t t = t0 + r % tq;
           const std::int64_t vis = a.causal ? std::clamp<std::int64_t>(a.S - a.T + t + 1, 0, s_hi) : s_hi;
+          const std::int64_t lo = a.window > 0 ? std::max<std::int64_t>(0, vis - a.window) : 0;
           float* row = scores + r * s_hi;
-          backend::cpu::scale_row(row, a.scale, static_cast<std::size_t>(vis));
-          if (vis > 0) backend::cpu::softmax_row(row, row, static_cast<std::size_t>(vis));
+          backend::cpu::scale_row(row + lo, a.scale, static_cast<std::size_t>(vis - lo));
+          if (vis > lo) backend::cpu::softmax_row(row + lo, row + lo, static_cast<std::size_t>(vis - lo));
+          std::fill(row, row + lo, 0.0f);
           std::fill(row + vis, row + s_hi, 0.0f);
         }
         backend::cpu::MatmulProblem pv;
@@ -96,7 +99,7 @@ inline void sdpa_blocked_gemm(const SdpaArgs& a) {
 
 namespace detail {
 inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                        std::optional<double> scale) {
+                        std::optional<double> scale, std::int64_t window) {
   constexpr const char* op = "scaled_dot_product_attention";
   detail::check_float(op, "query", q);
   detail::check_float(op, "key", k);
@@ -120,7 +123,9 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   const Shape out_shape{B, Hq, T, Dv};
   const Device dev = detail::placement_of(op, {&q, &k, &v});
   if (dev.is_meta()) return Tensor::empty(out_shape, q.dtype(), dev);
+  if (window < 0) throw ValueError(std::string(op) + ": sliding_window must be >= 0, got " + std::to_string(window));
   if (dev.is_cuda()) {
+    if (window > 0) throw DeviceError(std::string(op) + ": a sliding window has no CUDA kernel yet");
     return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale);
   }
   Tensor out = Tensor::empty(out_shape, q.dtype());
@@ -135,7 +140,7 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   auto* dst = static_cast<std::byte*>(out.data_ptr());
   const std::size_t isz = out.element_size();
   if (T >= detail::sdpa_gemm_min_queries) {
-    detail::sdpa_blocked_gemm({qp, kp, vp, dst, dt, B, Hq, Hkv, T, S, D, Dv, sc, is_causal});
+    detail::sdpa_blocked_gemm({qp, kp, vp, dst, dt, B, Hq, Hkv, T, S, D, Dv, sc, is_causal, window});
     return out;
   }
   const auto rows = static_cast<std::size_t>(B * Hq * T);
@@ -151,15 +156,18 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
       const float* kbase = kp + kvh * S * D;
       const float* vbase = vp + kvh * S * Dv;
       const std::int64_t visible = is_causal ? std::clamp<std::int64_t>(S - T + t + 1, 0, S) : S;
+      const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, visible - window) : 0;
       std::fill(acc, acc + Dv, 0.0f);
-      if (visible > 0) {
-        const auto nv = static_cast<std::size_t>(visible);
+      if (visible > lo) {
+        const auto nv = static_cast<std::size_t>(visible - lo);
+        const float* kseen = kbase + lo * D;
+        const float* vseen = vbase + lo * Dv;
         for (std::size_t s = 0; s < nv; ++s) {
-          scores[s] = backend::cpu::dot(qrow, kbase + static_cast<std::int64_t>(s) * D, static_cast<std::size_t>(D)) * sc;
+          scores[s] = backend::cpu::dot(qrow, kseen + static_cast<std::int64_t>(s) * D, static_cast<std::size_t>(D)) * sc;
         }
         backend::cpu::softmax_row(scores, scores, nv);
         for (std::size_t s = 0; s < nv; ++s) {
-          backend::cpu::axpy(scores[s], vbase + static_cast<std::int64_t>(s) * Dv, acc, static_cast<std::size_t>(Dv));
+          backend::cpu::axpy(scores[s], vseen + static_cast<std::int64_t>(s) * Dv, acc, static_cast<std::size_t>(Dv));
         }
       }
       detail::store_row(acc, dt, dst + r * static_cast<std::size_t>(Dv) * isz, static_cast<std::size_t>(Dv));
@@ -172,13 +180,16 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 /// Attention softmax(q k^T * scale [+ causal mask]) v over [B, H, T, D] tensors; see the header
 /// comment for grouped heads and the end-aligned causal mask. Default scale: 1 / sqrt(D). Inside
 /// an autocast scope, f32 / f16 / bf16 operands are first cast to the scope's dtype.
+/// `sliding_window` > 0 (Mistral's): a query sees only the `sliding_window` newest of the keys
+/// the causal mask lets it see, itself included (CPU only).
 inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           bool is_causal = true, std::optional<double> scale = std::nullopt) {
+                                           bool is_causal = true, std::optional<double> scale = std::nullopt,
+                                           std::int64_t sliding_window = 0) {
   if (core::is_autocast_enabled()) {
     return detail::sdpa_impl(detail::autocast_operand(q), detail::autocast_operand(k),
-                             detail::autocast_operand(v), is_causal, scale);
+                             detail::autocast_operand(v), is_causal, scale, sliding_window);
   }
-  return detail::sdpa_impl(q, k, v, is_causal, scale);
+  return detail::sdpa_impl(q, k, v, is_causal, scale, sliding_window);
 }
 
 }  // namespace accel::ops

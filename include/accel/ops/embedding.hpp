@@ -2,6 +2,7 @@
 //
 //   embedding(ids, weight)                               weight rows gathered: [..., dim]
 //   rotary_embedding(x, positions, theta, layout, rotary_dim)   RoPE on x [B, H, T, D]
+//   rotary_embedding(x, positions, inv_freq, attention_scaling)  RoPE with given frequencies (rope_scaling)
 //
 // embedding copies rows in the weight's dtype (no conversion) and rejects any id outside
 // [0, num_embeddings) with a ValueError naming it. rotary_embedding computes its angles in
@@ -66,37 +67,44 @@ inline Tensor embedding(const Tensor& ids, const Tensor& weight) {
   return out;
 }
 
-/// Rotary position embedding on x [B, H, T, D] at `positions` (int64/int32, [T] or [B, T]).
-/// Pair i of the first `rotary_dim` features (all of D when -1; must be even) turns by
-/// position * theta^(-2i / rotary_dim); features past rotary_dim pass through (NeoX partial
-/// rotary). `half_split` pairs (i, i + rotary_dim/2) as HF LLaMA; `interleaved` pairs (2i, 2i+1).
-inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double theta = 10000.0,
-                               RopeLayout layout = RopeLayout::half_split, std::int64_t rotary_dim = -1) {
-  constexpr const char* op = "rotary_embedding";
+namespace detail {
+/// Checks x [B, H, T, D] and positions ([T] or [B, T], integer) for a rotary op.
+inline void check_rotary_args(const char* op, const Tensor& x, const Tensor& positions, std::int64_t rd) {
   detail::check_float(op, "x", x);
   detail::check_defined(op, "positions", positions);
   if (positions.dtype() != DType::i64 && positions.dtype() != DType::i32) {
-    throw DTypeError("rotary_embedding: positions must be int64 or int32, got " + detail::describe(positions));
+    throw DTypeError(std::string(op) + ": positions must be int64 or int32, got " + detail::describe(positions));
   }
-  if (x.dim() != 4) throw ShapeError("rotary_embedding: x must be [B, H, T, D], got " + x.shape().str());
-  const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-  const bool per_batch = positions.dim() == 2;
+  if (x.dim() != 4) throw ShapeError(std::string(op) + ": x must be [B, H, T, D], got " + x.shape().str());
+  const std::int64_t B = x.size(0), T = x.size(2), D = x.size(3);
   if (!((positions.dim() == 1 && positions.size(0) == T) ||
-        (per_batch && positions.size(0) == B && positions.size(1) == T))) {
-    throw ShapeError("rotary_embedding: positions " + positions.shape().str() + " do not match x " +
-                     x.shape().str() + " (expected [" + std::to_string(T) + "] or [" + std::to_string(B) +
-                     ", " + std::to_string(T) + "])");
+        (positions.dim() == 2 && positions.size(0) == B && positions.size(1) == T))) {
+    throw ShapeError(std::string(op) + ": positions " + positions.shape().str() + " do not match x " +
+                     x.shape().str() + " (expected [" + std::to_string(T) + "] or [" + std::to_string(B) + ", " +
+                     std::to_string(T) + "])");
   }
-  const std::int64_t rd = rotary_dim < 0 ? D : rotary_dim;
-  if (rd > D || rd % 2 != 0) {
-    throw ValueError("rotary_embedding: rotary_dim " + std::to_string(rotary_dim) +
+  if (rd > D || rd % 2 != 0 || rd < 0) {
+    throw ValueError(std::string(op) + ": the rotary dim " + std::to_string(rd) +
                      " must be even and at most the head dim " + std::to_string(D));
   }
-  if (!(theta > 0.0)) throw ValueError("rotary_embedding: theta must be positive, got " + std::to_string(theta));
+}
+}  // namespace detail
+
+/// Rotary position embedding with explicit frequencies (the rope_scaling variants of
+/// transformers compute them): pair i of the first 2 * inv_freq.size() features turns by
+/// position * inv_freq[i], and cos / sin are multiplied by `attention_scaling` (YaRN's factor;
+/// 1 otherwise). Features past the rotary dim pass through. CPU only (CUDA: DeviceError).
+inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq,
+                               double attention_scaling = 1.0, RopeLayout layout = RopeLayout::half_split) {
+  constexpr const char* op = "rotary_embedding";
+  const auto rd = static_cast<std::int64_t>(2 * inv_freq.size());
+  detail::check_rotary_args(op, x, positions, rd);
+  const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+  const bool per_batch = positions.dim() == 2;
   const Device dev = detail::placement_of(op, {&x, &positions});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
   if (dev.is_cuda()) {
-    return require_cuda_op(cuda_ops().rotary_embedding, op)(x, positions, theta, layout, rotary_dim);
+    throw DeviceError("rotary_embedding with explicit frequencies has no CUDA kernel yet; use the theta form");
   }
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
@@ -104,10 +112,6 @@ inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double 
   const Tensor pc = positions.to(DType::i64).contiguous();
   const std::int64_t* pos = pc.data_ptr<std::int64_t>();
   const std::int64_t half_rd = rd / 2;
-  std::vector<double> inv_freq(static_cast<std::size_t>(half_rd));
-  for (std::int64_t i = 0; i < half_rd; ++i) {
-    inv_freq[static_cast<std::size_t>(i)] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
-  }
   const DType dt = x.dtype();
   const std::size_t isz = x.element_size();
   const auto* src = static_cast<const std::byte*>(xc.data_ptr());
@@ -124,8 +128,8 @@ inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double 
       const auto p = static_cast<double>(pos[per_batch ? b * T + t : t]);
       for (std::int64_t i = 0; i < half_rd; ++i) {
         const double a = p * inv_freq[static_cast<std::size_t>(i)];
-        cs[i] = static_cast<float>(std::cos(a));
-        cs[half_rd + i] = static_cast<float>(std::sin(a));
+        cs[i] = static_cast<float>(std::cos(a) * attention_scaling);
+        cs[half_rd + i] = static_cast<float>(std::sin(a) * attention_scaling);
       }
       for (std::int64_t h = 0; h < H; ++h) {
         const std::size_t off = static_cast<std::size_t>(((b * H + h) * T + t) * D) * isz;
@@ -144,6 +148,27 @@ inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double 
     }
   });
   return out;
+}
+
+/// Rotary position embedding on x [B, H, T, D] at `positions` (int64/int32, [T] or [B, T]).
+/// Pair i of the first `rotary_dim` features (all of D when -1; must be even) turns by
+/// position * theta^(-2i / rotary_dim); features past rotary_dim pass through (NeoX partial
+/// rotary). `half_split` pairs (i, i + rotary_dim/2) as HF LLaMA; `interleaved` pairs (2i, 2i+1).
+inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double theta = 10000.0,
+                               RopeLayout layout = RopeLayout::half_split, std::int64_t rotary_dim = -1) {
+  constexpr const char* op = "rotary_embedding";
+  const std::int64_t rd = rotary_dim < 0 && x.dim() == 4 ? x.size(3) : rotary_dim;
+  detail::check_rotary_args(op, x, positions, rd);
+  if (!(theta > 0.0)) throw ValueError("rotary_embedding: theta must be positive, got " + std::to_string(theta));
+  const Device dev = detail::placement_of(op, {&x, &positions});
+  if (dev.is_cuda()) {
+    return require_cuda_op(cuda_ops().rotary_embedding, op)(x, positions, theta, layout, rotary_dim);
+  }
+  std::vector<double> inv_freq(static_cast<std::size_t>(rd / 2));
+  for (std::size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
+  }
+  return rotary_embedding(x, positions, inv_freq, 1.0, layout);
 }
 
 }  // namespace accel::ops

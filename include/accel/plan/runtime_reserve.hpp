@@ -18,7 +18,7 @@
 #include "accel/core/byte_size.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
-#include "accel/nn/hf_models.hpp"
+#include "accel/models/hf_config.hpp"
 #include "accel/plan/max_memory.hpp"
 
 namespace accel::plan {
@@ -49,7 +49,7 @@ inline ByteSize estimate_kv_cache_bytes(const KVCacheShape& s) {
 /// (hidden_size / num_attention_heads when the config has none), for `max_seq` tokens
 /// (max_position_embeddings when nullopt) of `batch` sequences. ValueError when the head
 /// dimension is undefined (no heads, or hidden_size not a multiple of them).
-inline KVCacheShape kv_cache_shape(const nn::LlamaConfig& c, std::optional<std::int64_t> max_seq = std::nullopt,
+inline KVCacheShape kv_cache_shape(const models::LlamaConfig& c, std::optional<std::int64_t> max_seq = std::nullopt,
                                    std::int64_t batch = 1, DType dtype = DType::f16) {
   if (c.num_attention_heads <= 0 || c.num_key_value_heads <= 0) {
     throw ValueError("kv_cache_shape: the config has " + std::to_string(c.num_attention_heads) + " attention heads and " +
@@ -65,7 +65,7 @@ inline KVCacheShape kv_cache_shape(const nn::LlamaConfig& c, std::optional<std::
 
 /// The KV cache of GPT-2: n_layer x n_head x (n_embd / n_head), for `max_seq` tokens (n_positions
 /// when nullopt) of `batch` sequences. ValueError when n_embd is not a multiple of n_head.
-inline KVCacheShape kv_cache_shape(const nn::GPT2Config& c, std::optional<std::int64_t> max_seq = std::nullopt,
+inline KVCacheShape kv_cache_shape(const models::GPT2Config& c, std::optional<std::int64_t> max_seq = std::nullopt,
                                    std::int64_t batch = 1, DType dtype = DType::f16) {
   if (c.n_head <= 0 || c.n_embd % c.n_head != 0) {
     throw ValueError("kv_cache_shape: n_embd " + std::to_string(c.n_embd) + " is not a multiple of n_head " +
@@ -81,9 +81,9 @@ inline KVCacheShape kv_cache_shape_from_hf_config(const nlohmann::json& config,
                                                   std::int64_t batch = 1, DType dtype = DType::f16) {
   const std::string type = config.contains("model_type") && config["model_type"].is_string()
                                ? config["model_type"].get<std::string>() : std::string();
-  if (type == "gpt2") return kv_cache_shape(nn::gpt2_config_from_json(config), max_seq, batch, dtype);
+  if (type == "gpt2") return kv_cache_shape(models::gpt2_config_from_json(config), max_seq, batch, dtype);
   if (type == "llama" || type == "mistral" || type == "qwen2") {
-    return kv_cache_shape(nn::llama_config_from_json(config), max_seq, batch, dtype);
+    return kv_cache_shape(models::llama_config_from_json(config), max_seq, batch, dtype);
   }
   throw ValueError("kv_cache_shape_from_hf_config: model_type '" + type +
                    "' is not supported (supported: gpt2, llama, mistral, qwen2)");

@@ -27,15 +27,11 @@ using core::is_autocast_enabled;
 /// A disabled kwargs (enabled = false) turns autocast off inside the scope, like torch.
 class AutocastScope {
  public:
-  explicit AutocastScope(DType compute_dtype, const AutocastKwargs& kwargs = {}) : previous_(core::detail::autocast_slot()) {
-    core::detail::autocast_slot() = kwargs.enabled ? std::optional<DType>(compute_dtype) : std::nullopt;
-  }
+  explicit AutocastScope(DType compute_dtype, const AutocastKwargs& kwargs = {})
+      : guard_(kwargs.enabled ? std::optional<DType>(compute_dtype) : std::nullopt) {}
   /// "no" precision means no autocast (f32 compute).
-  explicit AutocastScope(PrecisionType p, const AutocastKwargs& kwargs = {}) : previous_(core::detail::autocast_slot()) {
-    const bool on = kwargs.enabled && p != PrecisionType::no;
-    core::detail::autocast_slot() = on ? std::optional<DType>(compute_dtype_of(p)) : std::nullopt;
-  }
-  ~AutocastScope() { core::detail::autocast_slot() = previous_; }
+  explicit AutocastScope(PrecisionType p, const AutocastKwargs& kwargs = {})
+      : guard_(kwargs.enabled && p != PrecisionType::no ? std::optional<DType>(compute_dtype_of(p)) : std::nullopt) {}
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
@@ -45,7 +41,7 @@ class AutocastScope {
   }
 
  private:
-  std::optional<DType> previous_;
+  core::AutocastGuard guard_;
 };
 
 /// The scope for a policy bundle or a precision tag: its compute dtype (bf16 for fp8), and no

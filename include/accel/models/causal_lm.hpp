@@ -1,0 +1,86 @@
+// CausalLM: what generation and the command line need of a causal language model, whatever its
+// family and policy bundle.
+//
+//   lm.logits(input_ids [B, T], &cache, logits_to_keep)   -> [B, T or keep, vocab], appending to the cache
+//   lm.make_cache(batch, capacity)                         one slot per layer, on that layer's device
+//   lm.info()                                              vocab, context length, eos ids, ...
+//   lm.module()                                            the Module tree (plan, load, hooks)
+//
+// The model classes (GPT2LMHeadModel<P>, LlamaForCausalLM<P>) are BasicModules with a typed
+// forward; this interface is the one virtual seam, so a program that picks the family from a
+// config.json at run time (accel run) holds a `std::shared_ptr<CausalLM>`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accel/core/device.hpp"
+#include "accel/core/dtype.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/models/kv_cache.hpp"
+#include "accel/nn/module.hpp"
+
+namespace accel::models {
+
+/// The facts about a causal LM that generation needs.
+struct ModelInfo {
+  std::string model_type;              ///< "gpt2", "llama", "mistral", "qwen2"
+  std::int64_t vocab_size = 0;
+  std::int64_t max_positions = 0;      ///< the context length (n_positions / max_position_embeddings)
+  std::int64_t num_layers = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  bool hard_context_limit = false;     ///< learned positions (GPT-2): no position past max_positions
+  std::vector<std::int64_t> eos_token_ids;
+  std::optional<std::int64_t> bos_token_id;
+};
+
+/// A causal language model (see the header comment).
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  /// The module tree.
+  virtual nn::Module& module() = 0;
+  virtual const ModelInfo& info() const = 0;
+  /// Logits of `input_ids` [B, T] (int64 / int32) at positions cache->length() .. + T - 1 (0 ..
+  /// T - 1 without a cache), in the model's dtype; the last `logits_to_keep` positions only when
+  /// it is > 0. The cache is appended to and advanced by T.
+  virtual Tensor logits(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0) = 0;
+  /// The device of each decoder layer's attention (where its cache slot goes).
+  virtual std::vector<Device> layer_devices() = 0;
+  /// The dtype activations (and so the cache) are held in.
+  virtual DType activation_dtype() = 0;
+
+  /// A cache for `batch` sequences of up to `capacity` positions, one slot per layer.
+  KVCache make_cache(std::int64_t batch, std::int64_t capacity) {
+    const ModelInfo& i = info();
+    if (i.hard_context_limit && capacity > i.max_positions) {
+      throw ValueError(i.model_type + ": " + std::to_string(capacity) + " positions pass the model's context of " +
+                       std::to_string(i.max_positions) + " (learned position embeddings end there)");
+    }
+    return KVCache({batch, i.kv_heads, capacity, i.head_dim}, activation_dtype(), layer_devices());
+  }
+};
+
+namespace detail {
+/// Positions past .. past + t - 1 as int64 [t] on `device`.
+inline Tensor position_ids(std::int64_t past, std::int64_t t, Device device) {
+  std::vector<std::int64_t> p(static_cast<std::size_t>(t));
+  for (std::int64_t i = 0; i < t; ++i) p[static_cast<std::size_t>(i)] = past + i;
+  Tensor out = Tensor::from_vector(p, Shape{t});
+  return device.is_cpu() ? out : out.to(device);
+}
+/// Checks input ids [B, T] for a model's forward.
+inline void check_input_ids(const std::string& model, const Tensor& ids) {
+  if (!ids.defined() || ids.dim() != 2 || (ids.dtype() != DType::i64 && ids.dtype() != DType::i32)) {
+    throw ShapeError(model + ": input_ids must be int64 or int32 [batch, tokens], got " +
+                     (ids.defined() ? std::string(dtype_name(ids.dtype())) + " " + ids.shape().str() : "undefined"));
+  }
+  if (ids.size(1) == 0) throw ValueError(model + ": input_ids holds no token");
+}
+}  // namespace detail
+
+}  // namespace accel::models
