@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <limits>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
@@ -8,7 +11,6 @@
 #include <vector>
 
 #include "accel/core/tensor.hpp"
-#include "accel/nested/concatenate.hpp"
 #include "accel/nested/operations.hpp"
 
 using accel::Device;
@@ -27,6 +29,17 @@ Tensor arange(std::int64_t n, Shape shape = {}) {
 struct Movable {  // a user leaf with its own to(Device)
   int moved_to = -1;
   Movable to(Device d) const { return Movable{d.is_cpu() ? 0 : 1}; }
+};
+
+struct AsyncMovable {  // a user leaf whose to() also takes non_blocking
+  bool non_blocking = false;
+  AsyncMovable to(Device, bool nb) const { return AsyncMovable{nb}; }
+};
+
+struct Half {  // a user leaf with a dtype, as Accelerate's convert_to_fp32 accepts
+  DType d = DType::f16;
+  DType dtype() const { return d; }
+  Half to(DType t) const { return Half{t}; }
 };
 }  // namespace
 
@@ -49,6 +62,11 @@ TEST_CASE("send_to_device copies tensors, honours skip_keys and user .to()", "[n
   CHECK(std::get<1>(moved).is_meta());
   CHECK(std::get<2>(moved) == "s");
 
+  // non_blocking reaches user leaves that take it, as Accelerate passes it to .to().
+  std::vector<AsyncMovable> am(1);
+  CHECK(accel::send_to_device(am, Device::meta(), true)[0].non_blocking);
+  CHECK_FALSE(accel::send_to_device(am, Device::meta(), false)[0].non_blocking);
+
   if (!accel::cuda_is_available()) {
     CHECK_THROWS_AS(accel::send_to_device(batch, Device::cuda(0)), accel::DeviceError);
   }
@@ -64,6 +82,37 @@ TEST_CASE("find_device and find_batch_size look at the first tensor", "[nested]"
   CHECK_FALSE(accel::find_device(none).has_value());
   CHECK_THROWS_AS(accel::find_batch_size(none), accel::ValueError);
   CHECK_THROWS_AS(accel::find_batch_size(Tensor::full({}, 1.0)), accel::ValueError);
+  CHECK(accel::ignorant_find_batch_size(d) == 3);
+  CHECK_FALSE(accel::ignorant_find_batch_size(none).has_value());
+  CHECK_FALSE(accel::ignorant_find_batch_size(Tensor::full({}, 1.0)).has_value());
+}
+
+TEST_CASE("find_batch_size agrees with Accelerate where Accelerate answers, and keeps looking where it raises",
+          "[nested]") {
+  // Where every first element leads to a tensor, both take that tensor's dim 0.
+  std::map<std::string, std::vector<Tensor>> agree{{"a", {arange(4, {4, 1}), arange(2)}}, {"b", {arange(6)}}};
+  CHECK(accel::find_batch_size(agree) == 4);
+  // Accelerate: data[0] is a string -> TypeError; the first key's list is empty -> ValueError.
+  std::tuple<std::string, Tensor> led_by_id{"id", arange(5)};
+  CHECK(accel::find_batch_size(led_by_id) == 5);
+  std::map<std::string, std::vector<Tensor>> first_empty{{"a", {}}, {"b", {arange(3)}}};
+  CHECK(accel::find_batch_size(first_empty) == 3);
+  // A std::map walks in key order, not insertion order: "a" comes first whatever was inserted first.
+  std::map<std::string, Tensor> keyed{{"z", arange(2)}, {"a", arange(7)}};
+  CHECK(accel::find_batch_size(keyed) == 7);
+  std::vector<std::pair<std::string, Tensor>> ordered{{"z", arange(2)}, {"a", arange(7)}};
+  CHECK(accel::find_batch_size(ordered) == 2);
+  // Accelerate's TypeError (no tensor) and IndexError (0-d) are ValueErrors.
+  CHECK_THROWS_AS(accel::find_batch_size(std::vector<std::string>{"x"}), accel::ValueError);
+  CHECK_THROWS_AS(accel::find_batch_size(std::vector<Tensor>{Tensor::full({}, 1.0), arange(3)}), accel::ValueError);
+}
+
+TEST_CASE("get_shape gives every tensor's shape as a vector", "[nested]") {
+  std::map<std::string, std::tuple<Tensor, int>> d{{"a", {arange(6, {2, 3}), 1}}};
+  auto s = accel::get_shape(d);
+  static_assert(std::is_same_v<decltype(s), std::map<std::string, std::tuple<std::vector<std::int64_t>, int>>>);
+  CHECK(std::get<0>(s.at("a")) == std::vector<std::int64_t>{2, 3});
+  CHECK(accel::get_shape(Tensor::full({}, 1.0)).empty());
 }
 
 TEST_CASE("listify turns tensors into nested lists", "[nested]") {
@@ -77,6 +126,29 @@ TEST_CASE("listify turns tensors into nested lists", "[nested]") {
   CHECK(lm.at("a").values() == std::vector<double>{0, 1});
   // Strided views read in logical order.
   CHECK(accel::listify(arange(6, {2, 3}).t())[0].values() == std::vector<double>{0, 3});
+}
+
+TEST_CASE("listify keeps integers exact and bools as bools, as tolist() does", "[nested]") {
+  // 2^53 + 1 is not a double: a conversion through double would lose it.
+  const std::int64_t big = (std::int64_t{1} << 53) + 1;
+  const auto l = accel::listify(Tensor::from_vector(std::vector<std::int64_t>{big, -3}));
+  REQUIRE(l.size() == 2);
+  CHECK(l[0].is_integer());
+  CHECK(l[0].integer() == big);
+  CHECK(l.integers() == std::vector<std::int64_t>{big, -3});
+  CHECK(l[1] == nested::NestedList(-3));
+  CHECK_FALSE(l[1] == nested::NestedList(-3.0));  // kinds differ, as int and float do
+  const auto b = accel::listify(Tensor::from_vector(std::vector<bool>{true, false}));
+  CHECK(b[0].is_bool());
+  CHECK(b[0] == nested::NestedList(true));
+  CHECK(b.values() == std::vector<double>{1, 0});
+  const auto u = accel::listify(Tensor::from_vector(std::vector<std::uint8_t>{255}));
+  CHECK(u[0].integer() == 255);
+  const auto f = accel::listify(arange(2));
+  CHECK_FALSE(f[0].is_integer());
+  CHECK_THROWS_AS(f[0].integer(), accel::ValueError);
+  CHECK_THROWS_AS(f.scalar(), accel::ValueError);
+  CHECK_THROWS_AS(accel::listify(arange(2).to_meta()), accel::DeviceError);
 }
 
 TEST_CASE("convert_to_fp32 converts only half-precision tensors", "[nested]") {
@@ -94,6 +166,14 @@ TEST_CASE("convert_to_fp32 converts only half-precision tensors", "[nested]") {
   CHECK(r.first.dtype() == DType::f32);
   CHECK(r.first.at<float>({2}) == 2.f);
   CHECK(r.second.dtype() == DType::i64);
+
+  // User leaves with dtype() and to(DType) are converted too, as Accelerate converts anything
+  // with a dtype attribute.
+  std::vector<Half> h{Half{DType::f16}, Half{DType::bf16}, Half{DType::i8}};
+  auto hc = accel::convert_to_fp32(h);
+  CHECK(hc[0].d == DType::f32);
+  CHECK(hc[1].d == DType::f32);
+  CHECK(hc[2].d == DType::i8);
 }
 
 TEST_CASE("slice_tensors narrows dim 0 with Python's slicing rules", "[nested]") {
@@ -106,6 +186,18 @@ TEST_CASE("slice_tensors narrows dim 0 with Python's slicing rules", "[nested]")
   CHECK(accel::slice_tensors(d, {3, 100})[1].numel() == 2);
   CHECK(accel::slice_tensors(d, {4, 2})[1].numel() == 0);
   CHECK_THROWS_AS(accel::slice_tensors(Tensor::full({}, 1.0), {0, 1}), accel::ShapeError);
+  // A step, as Python's t[start:stop:step]: still a view.
+  auto stepped = accel::slice_tensors(d, {1, std::nullopt, 2});
+  CHECK(stepped[1].to_vector<float>() == std::vector<float>{1, 3});
+  CHECK(stepped[0].shape() == Shape{2, 2});
+  CHECK(stepped[0].at<float>({1, 1}) == 7.f);
+  CHECK(stepped[0].shares_storage(d[0]));
+  CHECK(accel::slice_tensors(d, {0, 5, 3})[1].to_vector<float>() == std::vector<float>{0, 3});
+  CHECK(accel::slice_tensors(d, {-1, std::nullopt, 10})[1].to_vector<float>() == std::vector<float>{4});
+  CHECK(accel::slice_tensors(d, {4, 1, 2})[1].numel() == 0);
+  CHECK(accel::slice_tensors(std::vector<Tensor>{arange(5).to_meta()}, {0, 5, 2})[0].shape() == Shape{3});
+  CHECK_THROWS_AS(accel::slice_tensors(d, {0, 5, 0}), accel::ValueError);
+  CHECK_THROWS_AS(accel::slice_tensors(d, {0, 5, -1}), accel::ValueError);
 }
 
 TEST_CASE("get_data_structure and initialize_tensors round trip", "[nested]") {
@@ -125,37 +217,4 @@ TEST_CASE("honor_type rebuilds sequences and tuples", "[nested]") {
   CHECK(accel::honor_type(like, std::vector<int>{1, 2}) == std::list<int>{1, 2});
   std::pair<int, double> p{0, 0};
   CHECK(accel::honor_type(p, std::make_tuple(1, 2.5)) == std::pair<int, double>{1, 2.5});
-}
-
-TEST_CASE("concatenate joins leaf-wise along a dimension", "[nested]") {
-  using D = std::unordered_map<std::string, std::tuple<Tensor, int>>;
-  std::vector<D> parts;
-  for (int i = 0; i < 3; ++i) {
-    D d;
-    // Different insertion orders: positions are matched by key, not by iteration order.
-    if (i % 2) {
-      d["y"] = {Tensor::full({1, 2}, 10.0 + i), i};
-      d["x"] = {Tensor::full({2}, double(i)), i};
-    } else {
-      d["x"] = {Tensor::full({2}, double(i)), i};
-      d["y"] = {Tensor::full({1, 2}, 10.0 + i), i};
-    }
-    parts.push_back(std::move(d));
-  }
-  D out = accel::concatenate(parts);
-  CHECK(std::get<0>(out.at("x")).to_vector<float>() == std::vector<float>{0, 0, 1, 1, 2, 2});
-  CHECK(std::get<0>(out.at("y")).shape() == Shape{3, 2});
-  CHECK(std::get<0>(out.at("y")).at<float>({2, 1}) == 12.f);
-  CHECK(std::get<1>(out.at("y")) == 0);
-
-  std::vector<std::vector<Tensor>> cols{{Tensor::full({2, 1}, 1.0)}, {Tensor::full({2, 2}, 2.0)}};
-  auto c1 = accel::concatenate(cols, 1);
-  CHECK(c1[0].shape() == Shape{2, 3});
-  CHECK(c1[0].at<float>({1, 2}) == 2.f);
-
-  std::vector<std::vector<Tensor>> bad{{Tensor::full({2, 1}, 1.0)}, {Tensor::full({3, 2}, 2.0)}};
-  CHECK_THROWS_AS(accel::concatenate(bad, 0), accel::ShapeError);
-  CHECK_THROWS_AS(accel::concatenate(std::vector<std::vector<Tensor>>{}), accel::ValueError);
-  std::vector<std::vector<Tensor>> ragged{{arange(1)}, {arange(1), arange(1)}};
-  CHECK_THROWS_AS(accel::concatenate(ragged), accel::ShapeError);
 }

@@ -295,3 +295,25 @@ TEST_CASE("for_each_leaf visits in order and stops early", "[nested]") {
   CHECK(seen.size() == 2);
   CHECK(nested::count_leaves(d) == 4);
 }
+
+TEST_CASE("recursively_apply departures from Accelerate", "[nested]") {
+  // Aggregates are walked (Accelerate passes a dataclass through as one leaf).
+  Batch2 b{full(3), 0.5};
+  auto firsts = nested::recursively_apply(first, b);
+  CHECK(std::get<0>(firsts) == 3.f);
+  CHECK(std::get<1>(firsts) == 0.5);
+  // An empty optional (Python's None) holds no leaf: it stays empty, and error_on_other_type does
+  // not reject it, where Accelerate raises TypeError for None.
+  std::vector<std::optional<Tensor>> maybe{full(1), std::nullopt};
+  auto out = nested::recursively_apply(first, maybe, nested::error_on_other_type);
+  CHECK(out[0] == 1.f);
+  CHECK_FALSE(out[1].has_value());
+  // Accelerate's TypeError for another leaf is a ValueError.
+  std::vector<std::optional<int>> other{3};
+  CHECK_THROWS_AS(nested::recursively_apply(first, other, nested::error_on_other_type), accel::ValueError);
+  // A map is rebuilt as the same kind of map with the new value type.
+  std::unordered_map<std::string, Tensor> m{{"a", full(2)}};
+  auto mf = nested::recursively_apply(first, m);
+  static_assert(std::is_same_v<decltype(mf), std::unordered_map<std::string, float>>);
+  CHECK(mf.at("a") == 2.f);
+}

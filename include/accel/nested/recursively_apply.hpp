@@ -10,6 +10,21 @@
 // copied from the first structure, or rejected: reject_other_types makes that a static_assert,
 // error_on_other_type a ValueError naming the type. Everything is templates: no type erasure, and
 // the only allocations are the rebuilt containers.
+//
+// Differences from Accelerate:
+// - Accelerate walks lists, tuples and Mappings. Here sequences (vector, list, deque), tuple-likes
+//   (tuple, pair, array) and maps are walked, and so are optionals, variants, aggregates (Boost.PFR)
+//   and nested_traits types: a C++ batch is usually a struct, where Accelerate passes a dataclass
+//   through as one leaf.
+// - An empty std::optional is Python's None, but it holds no leaf: it stays empty, and
+//   error_on_other_type does not reject it (Accelerate raises TypeError for a None leaf).
+// - error_on_other_type raises ValueError, where Accelerate raises TypeError: accel's hierarchy
+//   has no TypeError.
+// - The leaf test is a type (decided at compile time, optionally refined at run time), not a
+//   predicate function, and func's extra *args / **kwargs are what the callable captures. A map is
+//   rebuilt as the same kind of map with the new value type, not through type(data)(dict).
+// - Additions: parallel data arguments, skip_keys (Accelerate has it on send_to_device only) and
+//   reject_other_types.
 #pragma once
 
 #include <string>

@@ -9,9 +9,27 @@
 //
 // Element i of a draw uses Philox counter (offset + i), so values never depend on how the work is
 // split over threads, and a draw advances the generator's offset by its element count.
+//
+// Differences from Accelerate:
+// - The generators are Philox4x32-10, so a seed gives other values than torch's CPU generator
+//   (a Mersenne Twister) and CUDA generator, and get_state() is 16 bytes (seed, offset), not
+//   torch's state tensor: states do not move between the two. What a seed buys here is values
+//   that do not change with the thread count.
+// - set_seed seeds the library's generators (the CPU one and every GPU's) and std::srand; there is
+//   no Python random, numpy or XLA to seed. device_specific adds the process index read from the
+//   environment (RANK, else PMI_RANK, OMPI_COMM_WORLD_RANK, MV2_COMM_WORLD_RANK) where Accelerate
+//   asks AcceleratorState; under torchrun, accelerate launch and mpirun the two agree.
+// - set_seed(seed) with deterministic = false turns deterministic algorithms off again: the flag
+//   is the library's own and set_seed is its only switch. Accelerate only ever switches torch's on.
+// - synchronize_rng_state in one process checks its arguments and changes nothing, as Accelerate
+//   does; across processes it needs the distributed layer, which broadcasts get_state(). The type
+//   is required (Accelerate's None does nothing), and types with no C++ backend (mlu, sdaa, musa,
+//   npu, xla, xpu, hpu, neuron) are a ValueError (Accelerate: an AssertionError unless that device
+//   is present). RNGType::cuda without a GPU does nothing (torch raises without CUDA).
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -31,6 +49,7 @@
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/utils/enums.hpp"
+#include "accel/utils/environment.hpp"
 
 namespace accel::utils {
 
@@ -168,18 +187,13 @@ inline Generator& cuda_generator(int index = 0) {
 #endif
 
 namespace detail {
-inline bool& deterministic_flag() noexcept {
-  static bool on = false;
+inline std::atomic<bool>& deterministic_flag() noexcept {
+  static std::atomic<bool> on{false};
   return on;
 }
-/// This process's index: env RANK, else 0.
+/// This process's index, from the variables launchers set (torchrun's RANK, then MPI's), else 0.
 inline std::uint64_t process_index_from_env() {
-  const char* r = std::getenv("RANK");
-  if (!r || !*r) return 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(r, &end, 10);
-  if (*end != '\0' || v < 0) throw ValueError("RANK='" + std::string(r) + "' is not a process index");
-  return static_cast<std::uint64_t>(v);
+  return static_cast<std::uint64_t>(get_cpu_distributed_information().rank);
 }
 }  // namespace detail
 
@@ -188,7 +202,8 @@ inline std::uint64_t process_index_from_env() {
 inline bool are_deterministic_algorithms_enabled() noexcept { return detail::deterministic_flag(); }
 
 /// Seeds every generator of the library (CPU, and each GPU's with CUDA) and std::srand.
-/// device_specific adds the process index (env RANK, or 0), so processes draw differently.
+/// device_specific adds the process index (RANK or MPI's rank variables, else 0), so processes
+/// draw differently. ValueError when a rank variable is not an integer.
 inline void set_seed(std::uint64_t seed, bool device_specific = false, bool deterministic = false) {
   if (device_specific) seed += detail::process_index_from_env();
   default_generator().manual_seed(seed);
@@ -279,7 +294,7 @@ inline Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, D
 // ---- synchronization -----------------------------------------------------------------------------
 
 /// Makes every process's generator of `rng_type` equal to the main process's. With one process
-/// this is a no-op that only checks its arguments; the distributed milestone completes it with a
+/// this is a no-op that only checks its arguments; the distributed layer completes it with a
 /// broadcast of get_state(). `generator` is required for RNGType::generator. Types with no C++
 /// meaning (mlu, npu, xla, ...) are a ValueError.
 inline void synchronize_rng_state(RNGType rng_type, Generator* generator = nullptr) {
@@ -303,6 +318,12 @@ inline void synchronize_rng_state(RNGType rng_type, Generator* generator = nullp
 /// synchronize_rng_state for each type (single process: no-op; see above).
 inline void synchronize_rng_states(std::initializer_list<RNGType> types, Generator* generator = nullptr) {
   for (RNGType t : types) synchronize_rng_state(t, generator);
+}
+
+/// The same with the types by name ("torch", "cuda", "generator"), as Accelerate accepts strings;
+/// ValueError for a name that is not an RNGType.
+inline void synchronize_rng_states(const std::vector<std::string>& types, Generator* generator = nullptr) {
+  for (const std::string& t : types) synchronize_rng_state(enum_from_string<RNGType>(t), generator);
 }
 
 }  // namespace accel::utils
