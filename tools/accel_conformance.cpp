@@ -3,7 +3,9 @@
 // The query's `spec` is resolved relative to the query file and built on meta with
 // accel::nn::module_from_spec; every case is answered in order and printed as
 // {"results": [{"id", "result"} | {"id", "error": {"type", "message"}}]}. A query file that cannot
-// be read prints {"error": {...}} and exits 1.
+// be read prints {"error": {...}} on stdout, where the comparison script looks, and exits 1. The
+// command line goes through the same Command machinery as `accel` (cli_command.hpp): --help,
+// --version and usage errors (exit 2) behave alike.
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -14,15 +16,20 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/nn/spec.hpp"
+#include "cli_command.hpp"
 #include "conformance_ops.hpp"
 
-int main(int argc, char** argv) {
-  using accel::tools::ojson;
-  if (argc != 2) {
-    std::cerr << "usage: accel-conformance QUERY.json\n";
-    return 2;
-  }
-  const std::filesystem::path query_path = argv[1];
+#ifndef ACCEL_VERSION
+#error "ACCEL_VERSION is the project version, defined by tools/CMakeLists.txt"
+#endif
+
+namespace {
+
+using accel::tools::ojson;
+
+/// The query file, checked for its `cases` list and `spec` path; {"error"} and exit 1 otherwise.
+int answer_query(const accel::cli::ParsedArgs& args) {
+  const std::filesystem::path query_path = args.positional(0);
   ojson query;
   try {
     std::ifstream in(query_path, std::ios::binary);
@@ -40,7 +47,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::cout << ojson{{"error", accel::tools::error_json(e)}}.dump(1) << "\n";
-    return 1;
+    return accel::cli::exit_failed;
   }
 
   std::shared_ptr<accel::nn::Module> model;
@@ -55,5 +62,21 @@ int main(int argc, char** argv) {
   ojson results = ojson::array();
   for (const auto& c : query["cases"]) results.push_back(accel::tools::run_case(model.get(), c, model_error));
   std::cout << ojson{{"results", results}}.dump(1) << "\n";
-  return 0;
+  return accel::cli::exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const accel::cli::Command command{
+      .summary = "answers an Accelerate conformance query file with accel's API, as JSON on stdout",
+      .usage = "QUERY.json",
+      .positionals = {{"QUERY.json",
+                       "{\"spec\": model spec path (relative to the query), \"cases\": [...]}, as in\n"
+                       "shared/conformance/accelerate/queries"}},
+      .details = "Prints {\"results\": [{\"id\", \"result\"} | {\"id\", \"error\": {\"type\", \"message\"}}]}; a case that\n"
+                 "fails is an answer, not an exit code. A query file that cannot be read prints {\"error\": ...}.",
+      .run = answer_query,
+  };
+  return accel::cli::run_single_command("accel-conformance", ACCEL_VERSION, command, argc, argv);
 }

@@ -1,6 +1,5 @@
-// Shared pieces of the `accel` command line: argument lists, model loading, tables, byte printing.
+// Shared pieces of the `accel` commands: model loading, tables, byte printing.
 //
-//   CliArgs args(argc, argv, 2);  args.positional(0)  args.option("--max-memory")  args.flag("--json")
 //   load_cli_model(path)          model spec JSON, transformers config.json, any suffix registered in
 //                                 model_loaders() (checkpoints, see cli_checkpoint_model.hpp), or a
 //                                 folder holding one of them
@@ -24,55 +23,11 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
-#include "accel/nn/hf_models.hpp"
+#include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/nn/spec.hpp"
 
 namespace accel::cli {
-
-/// argv after the subcommand: positionals, `--name value` options and `--flag` switches.
-class CliArgs {
- public:
-  /// `flags` lists the switches that take no value.
-  CliArgs(int argc, char** argv, int first, std::vector<std::string> flags = {}) {
-    for (int i = first; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a.rfind("--", 0) == 0) {
-        const auto eq = a.find('=');
-        if (eq != std::string::npos) {
-          options_[a.substr(0, eq)] = a.substr(eq + 1);
-        } else if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
-          options_[a] = "";
-        } else if (i + 1 < argc) {
-          options_[a] = argv[++i];
-        } else {
-          throw ValueError("option " + a + " needs a value");
-        }
-      } else {
-        positional_.push_back(std::move(a));
-      }
-    }
-  }
-  const std::vector<std::string>& positionals() const noexcept { return positional_; }
-  bool flag(const std::string& name) const { return options_.count(name) != 0; }
-  std::optional<std::string> option(const std::string& name) const {
-    auto it = options_.find(name);
-    if (it == options_.end()) return std::nullopt;
-    return it->second;
-  }
-  /// Options not in `known` (so typos are reported instead of ignored).
-  std::vector<std::string> unknown(const std::vector<std::string>& known) const {
-    std::vector<std::string> out;
-    for (const auto& [k, v] : options_) {
-      if (std::find(known.begin(), known.end(), k) == known.end()) out.push_back(k);
-    }
-    return out;
-  }
-
- private:
-  std::vector<std::string> positional_;
-  std::map<std::string, std::string> options_;
-};
 
 /// Model builders for inputs that are not JSON specs or configs, by file-name suffix
 /// (".safetensors", ".safetensors.index.json", ".gguf"); the longest matching suffix wins. They
@@ -126,7 +81,7 @@ inline nlohmann::json read_json_file(const std::filesystem::path& path) {
 /// a config.json is built as; specs and checkpoints hold what they hold.
 inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& input,
                                                   std::optional<DType> float_dtype = std::nullopt,
-                                                  nn::HFModelKind kind = nn::HFModelKind::causal_lm) {
+                                                  models::HFModelKind kind = models::HFModelKind::causal_lm) {
   std::filesystem::path path = input;
   if (std::filesystem::is_directory(path)) path = model_file_in(path);
   auto guard = nn::init_empty_weights(/*include_buffers=*/true);
@@ -134,7 +89,7 @@ inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& i
   const DType dtype = float_dtype.value_or(DType::f32);
   const nlohmann::json j = read_json_file(path);
   if (j.contains("format") && j["format"] == "accelerate-oracle-spec/v1") return nn::module_from_spec(j, path.string());
-  if (j.contains("model_type")) return nn::model_from_hf_config(j, dtype, kind);
+  if (j.contains("model_type")) return models::model_from_hf_config(j, dtype, kind, path.string());
   throw FormatError(path.string() + ": neither a model spec (\"format\") nor a transformers config (\"model_type\")");
 }
 
@@ -193,20 +148,6 @@ inline void print_table(std::ostream& os, const std::vector<std::string>& header
   rule();
   for (const auto& r : rows) line(r);
   rule();
-}
-
-/// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
-inline std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const auto comma = s.find(',', start);
-    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!item.empty()) out.push_back(item);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
 }
 
 }  // namespace accel::cli

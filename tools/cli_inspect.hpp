@@ -3,41 +3,40 @@
 // Lists every tensor of a checkpoint (safetensors file, sharded index, checkpoint folder, torch
 // .bin, offload folder) with dtype, shape, bytes and the SHA-256 of its raw little-endian bytes,
 // as a table or as {"metadata", "tensors": [{"name", "dtype", "shape", "nbytes", "sha256"}]}.
-// Exit codes: 0 success, 1 unreadable or malformed checkpoint, 2 usage error.
+// An unreadable or malformed checkpoint exits 1 (cli_command.hpp).
 #pragma once
 
 #include <iostream>
-#include <string>
-#include <string_view>
 
 #include "accel/io/inspect.hpp"
-#include "cli_common.hpp"
+#include "cli_command.hpp"
 
 namespace accel::cli {
 
-inline int run_inspect(int argc, char** argv) {
-  static constexpr const char* usage = "usage: accel inspect PATH [--json]\n";
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << usage;
-      return 0;
-    }
-  }
-  const CliArgs args(argc, argv, 2, {"--json"});
-  const auto unknown = args.unknown({"--json"});
-  if (args.positionals().size() != 1 || !unknown.empty()) {
-    std::cerr << usage;
-    for (const auto& u : unknown) std::cerr << "unknown option " << u << "\n";
-    return 2;
-  }
-  const auto r = io::inspect_checkpoint(args.positionals()[0]);
+/// `accel inspect`: the library's inspect_checkpoint, rendered as a table or JSON.
+inline int run_inspect(const ParsedArgs& args) {
+  const auto r = io::inspect_checkpoint(args.positional(0));
   if (args.flag("--json")) {
     std::cout << io::inspect_to_json(r).dump(2) << "\n";
   } else {
     std::cout << io::format_inspect_table(r);
   }
-  return 0;
+  return exit_ok;
+}
+
+/// The `accel inspect` entry of the command table.
+inline Command inspect_command() {
+  return {
+      .name = "inspect",
+      .summary = "every tensor of a checkpoint: dtype, shape, bytes, SHA-256, and its metadata",
+      .usage = "PATH [--json]",
+      .positionals = {{"PATH",
+                       "a .safetensors file, a sharded *.index.json, a checkpoint\n"
+                       "folder, a torch .bin, or an Accelerate offload folder"}},
+      .options = {{.name = "--json",
+                   .help = "{\"metadata\", \"tensors\": [{name, dtype, shape, nbytes, sha256}]}"}},
+      .run = run_inspect,
+  };
 }
 
 }  // namespace accel::cli

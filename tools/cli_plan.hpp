@@ -2,6 +2,10 @@
 //                  [--reserve 0=2GiB,1=2GiB] [--kv-cache SEQ[xBATCH]] [--balanced | --balanced-low-0]
 //                  [--json] [--verbose]
 //
+//   PlanRequest r = parse_plan_request(args);   the command line, checked (no file is read)
+//   PlanResult  p = compute_plan(r, log);       the model loaded and placed by the library
+//   render_plan(p, r.json, out, notes);         a table, or Accelerate's device-map JSON
+//
 // Prints infer_auto_device_map's device map as a table (module, device, size) followed by the
 // bytes per device, or as Accelerate's JSON with --json (the map alone, so Accelerate can load
 // it; notes go to stderr). A config.json is planned as the causal LM (GPT2LMHeadModel,
@@ -15,9 +19,12 @@
 
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "accel/plan/balanced_memory.hpp"
@@ -26,26 +33,73 @@
 #include "accel/plan/max_memory.hpp"
 #include "accel/plan/module_sizes.hpp"
 #include "accel/plan/runtime_reserve.hpp"
+#include "cli_command.hpp"
 #include "cli_common.hpp"
+#include "cli_values.hpp"
 
 namespace accel::cli {
 
+/// `--kv-cache SEQ[xBATCH]`: `tokens` unset means the config's context length ("max").
+struct KVCacheRequest {
+  std::optional<std::int64_t> tokens;
+  std::int64_t batch = 1;
+};
+
+/// What `accel plan` was asked, every value parsed and checked; nothing read from disk yet.
+struct PlanRequest {
+  std::string model;                                 ///< MODEL as given
+  plan::MaxMemory budgets;                           ///< --max-memory, in Accelerate's device order
+  std::optional<std::vector<std::string>> no_split;  ///< unset: the model's own no_split_modules()
+  std::optional<DType> dtype;                        ///< unset: weights as stored (float32 for configs)
+  plan::MaxMemory reserve;                           ///< --reserve
+  std::optional<KVCacheRequest> kv_cache;
+  bool balanced = false;  ///< --balanced or --balanced-low-0
+  bool low_zero = false;  ///< --balanced-low-0
+  bool json = false;
+  bool verbose = false;
+};
+
+/// The KV cache a plan keeps free, and where.
+struct KVCacheReserve {
+  plan::KVCacheShape shape;
+  ByteSize total;
+  plan::MaxMemory share;  ///< per GPU of --max-memory, or all on the cpu when it names none
+  bool on_gpus = false;
+};
+
+/// What compute_plan found: the map and everything its table shows.
+struct PlanResult {
+  DeviceMap device_map;
+  plan::ModuleSizes sizes;                          ///< every module, sized as planned
+  plan::MaxMemory budgets;                          ///< --max-memory
+  plan::MaxMemory reserve;                          ///< --reserve plus the KV cache
+  std::optional<plan::MaxMemory> balanced_budgets;  ///< what was planned under, when balanced
+  std::optional<KVCacheReserve> kv_cache;
+};
+
 namespace detail {
 
-/// "4096", "4096x8", "max", "maxx8" -> (tokens or nullopt for the config's context length, batch).
-inline std::pair<std::optional<std::int64_t>, std::int64_t> parse_kv_cache_arg(const std::string& text) {
-  const auto bad = [&] { return ValueError("--kv-cache '" + text + "' is not SEQ[xBATCH] (SEQ a token count or \"max\")"); };
+/// "4096", "4096x8", "max", "maxx8" -> tokens (unset for the config's context length) and batch.
+inline KVCacheRequest parse_kv_cache_arg(const std::string& text) {
   const auto positive = [&](const std::string& s) {
-    if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) throw bad();
-    const std::int64_t v = std::stoll(s);
-    if (v <= 0) throw bad();
-    return v;
+    if (!detail::all_digits(s)) {
+      throw ValueError("--kv-cache '" + text + "' is not SEQ[xBATCH] (SEQ a token count or \"max\")");
+    }
+    return parse_integer("--kv-cache", s, 1, std::numeric_limits<std::int64_t>::max());
   };
   const auto x = text.find('x', text.starts_with("max") ? 3 : 0);
   const std::string seq = text.substr(0, x);
-  const std::int64_t batch = x == std::string::npos ? 1 : positive(text.substr(x + 1));
-  if (seq == "max") return {std::nullopt, batch};
-  return {positive(seq), batch};
+  KVCacheRequest r;
+  r.batch = x == std::string::npos ? 1 : positive(text.substr(x + 1));
+  if (seq != "max") r.tokens = positive(seq);
+  return r;
+}
+
+/// The values of a repeated list option as one list: "0=1GB" "cpu=2GB" -> "0=1GB,cpu=2GB".
+inline std::string join_values(const std::vector<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ",") + v;
+  return out;
 }
 
 inline void add_reserve(plan::MaxMemory& reserve, plan::MemoryKey key, ByteSize bytes) {
@@ -58,111 +112,189 @@ inline void add_reserve(plan::MaxMemory& reserve, plan::MemoryKey key, ByteSize 
   reserve.emplace_back(key, bytes);
 }
 
+/// The KV cache of `r` for MODEL's config, shared out over the GPUs that have a budget.
+inline KVCacheReserve kv_cache_reserve(const std::string& model, const KVCacheRequest& r, DType dtype,
+                                       const plan::MaxMemory& budgets) {
+  const auto config = find_hf_config(model);
+  if (!config) throw ValueError("--kv-cache needs a transformers config.json: MODEL itself or one beside it");
+  KVCacheReserve kv;
+  kv.shape = plan::kv_cache_shape_from_hf_config(*config, r.tokens, r.batch, dtype);
+  kv.total = plan::estimate_kv_cache_bytes(kv.shape);
+  std::vector<int> gpus;
+  for (const auto& [k, v] : budgets) {
+    if (k.is_gpu() && v > ByteSize{}) gpus.push_back(k.index);
+  }
+  kv.on_gpus = !gpus.empty();
+  kv.share = gpus.empty() ? plan::MaxMemory{{plan::MemoryKey::cpu(), kv.total}} : plan::spread_kv_cache_reserve(kv.total, gpus);
+  return kv;
+}
+
+/// "KV cache: 2 x 32 layers x ... = 4 GB, reserved on GPU 0, 1 (2 GB each)".
+inline std::string kv_cache_note(const KVCacheReserve& kv) {
+  std::string where;
+  for (const auto& [k, v] : kv.share) where += (where.empty() ? "" : ", ") + k.str();
+  const auto& s = kv.shape;
+  return "KV cache: 2 x " + std::to_string(s.layers) + " layers x " + std::to_string(s.kv_heads) + " KV heads x " +
+         std::to_string(s.head_dim) + " head dim x " + std::to_string(s.max_seq) + " tokens x batch " +
+         std::to_string(s.batch) + " in " + std::string(dtype_name(s.dtype)) + " = " + human_bytes(kv.total.bytes()) +
+         ", reserved on " + (kv.on_gpus ? "GPU " : "cpu") + where + " (" + human_bytes(kv.share.front().second.bytes()) +
+         (kv.share.size() > 1 ? " each" : "") + ")";
+}
+
 }  // namespace detail
 
-inline int run_plan(int argc, char** argv) {
-  const CliArgs args(argc, argv, 2, {"--json", "--verbose", "--balanced", "--balanced-low-0"});
-  const auto unknown = args.unknown({"--max-memory", "--no-split", "--dtype", "--reserve", "--kv-cache", "--json",
-                                     "--verbose", "--balanced", "--balanced-low-0"});
-  if (args.positionals().size() != 1 || !args.option("--max-memory") || !unknown.empty()) {
-    std::cerr << "usage: accel plan MODEL --max-memory 0=20GiB,1=20GiB,cpu=64GB [--no-split A,B] [--dtype bfloat16]\n"
-                 "                  [--reserve 0=2GiB] [--kv-cache SEQ[xBATCH]] [--balanced | --balanced-low-0]\n"
-                 "                  [--json] [--verbose]\n"
-                 "  a config.json is planned as the causal LM (with lm_head), the model its checkpoint loads into\n"
-                 "  --max-memory: DEVICE=SIZE items (0, 1, ..., cpu, disk); what fits nowhere goes to disk\n"
-                 "  --reserve: bytes each device keeps free (activations, workspace)\n"
-                 "  --kv-cache: also keep free the KV cache of SEQ tokens (\"max\": the config's context length)\n"
-                 "              x BATCH sequences in --dtype (float32 without it), split evenly over the GPUs\n"
-                 "  --json: the device map alone, as Accelerate's device_map JSON\n";
-    for (const auto& u : unknown) std::cerr << "unknown option " << u << "\n";
-    return 2;
+/// The command line of `accel plan` as a PlanRequest. ValueError (exit 1) on a value it cannot
+/// read, UsageError (exit 2) on options that exclude each other.
+inline PlanRequest parse_plan_request(const ParsedArgs& args) {
+  if (args.flag("--balanced") && args.flag("--balanced-low-0")) {
+    throw UsageError("--balanced and --balanced-low-0 exclude each other");
   }
-  if (args.flag("--balanced") && args.flag("--balanced-low-0")) throw ValueError("--balanced and --balanced-low-0 exclude each other");
-  const std::string input = args.positionals()[0];
-  auto model = load_cli_model(input);
-  const plan::MaxMemory budgets = plan::parse_max_memory(*args.option("--max-memory"));
+  PlanRequest r;
+  r.model = args.positional(0);
+  r.budgets = parse_memory_list("--max-memory", detail::join_values(args.values("--max-memory")));
+  r.no_split = args.list("--no-split");
+  if (auto d = args.value("--dtype")) {
+    try {
+      r.dtype = dtype_from_string(*d);
+    } catch (const Error& e) {
+      throw ValueError(std::string("--dtype: ") + e.what());
+    }
+  }
+  r.reserve = parse_memory_list("--reserve", detail::join_values(args.values("--reserve")));
+  if (auto kv = args.value("--kv-cache")) r.kv_cache = detail::parse_kv_cache_arg(*kv);
+  r.low_zero = args.flag("--balanced-low-0");
+  r.balanced = args.flag("--balanced") || r.low_zero;
+  r.json = args.flag("--json");
+  r.verbose = args.flag("--verbose");
+  return r;
+}
+
+/// Loads MODEL and places it: infer_auto_device_map under the budgets (balanced first when asked),
+/// with the reserve and KV cache kept free. The planner's log (--verbose) and warnings go to `log`.
+inline PlanResult compute_plan(const PlanRequest& r, std::ostream& log) {
+  auto model = load_cli_model(r.model);
   plan::InferOptions o;
-  o.no_split_module_classes = args.option("--no-split") ? split_list(*args.option("--no-split")) : model->no_split_modules();
-  if (auto d = args.option("--dtype")) o.sizes.dtype = dtype_from_string(*d);
-  plan::MaxMemory reserve;
-  if (auto r = args.option("--reserve")) reserve = plan::parse_max_memory(*r);
+  o.no_split_module_classes = r.no_split ? *r.no_split : model->no_split_modules();
+  o.sizes.dtype = r.dtype;
+  o.verbose = r.verbose;
+  o.log = &log;
+  o.warnings = &log;
 
-  std::string kv_note;
-  if (auto kv = args.option("--kv-cache")) {
-    const auto config = find_hf_config(input);
-    if (!config) throw ValueError("--kv-cache needs a transformers config.json: MODEL itself or one beside it");
-    const auto [seq, batch] = detail::parse_kv_cache_arg(*kv);
-    const plan::KVCacheShape shape =
-        plan::kv_cache_shape_from_hf_config(*config, seq, batch, o.sizes.dtype.value_or(DType::f32));
-    const ByteSize total = plan::estimate_kv_cache_bytes(shape);
-    std::vector<int> gpus;
-    for (const auto& [k, v] : budgets) {
-      if (k.is_gpu() && v > ByteSize{}) gpus.push_back(k.index);
-    }
-    const plan::MaxMemory share =
-        gpus.empty() ? plan::MaxMemory{{plan::MemoryKey::cpu(), total}} : plan::spread_kv_cache_reserve(total, gpus);
-    std::string where;
-    for (const auto& [k, v] : share) {
-      detail::add_reserve(reserve, k, v);
-      where += (where.empty() ? "" : ", ") + k.str();
-    }
-    kv_note = "KV cache: 2 x " + std::to_string(shape.layers) + " layers x " + std::to_string(shape.kv_heads) +
-              " KV heads x " + std::to_string(shape.head_dim) + " head dim x " + std::to_string(shape.max_seq) +
-              " tokens x batch " + std::to_string(shape.batch) + " in " + std::string(dtype_name(shape.dtype)) + " = " +
-              human_bytes(total.bytes()) + ", reserved on " + (gpus.empty() ? "cpu" : "GPU ") + where + " (" +
-              human_bytes(share.front().second.bytes()) + (share.size() > 1 ? " each" : "") + ")";
+  PlanResult p;
+  p.budgets = r.budgets;
+  p.reserve = r.reserve;
+  if (r.kv_cache) {
+    p.kv_cache = detail::kv_cache_reserve(r.model, *r.kv_cache, r.dtype.value_or(DType::f32), r.budgets);
+    for (const auto& [k, v] : p.kv_cache->share) detail::add_reserve(p.reserve, k, v);
   }
-  o.verbose = args.flag("--verbose");
-  o.log = &std::cerr;
-  o.warnings = &std::cerr;
-
-  const bool balanced = args.flag("--balanced") || args.flag("--balanced-low-0");
-  plan::MaxMemory placed_under = budgets;
-  if (balanced) {
-    plan::MaxMemory free = budgets;
+  plan::MaxMemory placed_under = r.budgets;
+  if (r.balanced) {
+    plan::MaxMemory free = r.budgets;
     for (auto& [k, v] : free) {
-      if (const ByteSize* r = plan::find_budget(reserve, k)) v = *r > v ? ByteSize{} : v - *r;
+      if (const ByteSize* reserved = plan::find_budget(p.reserve, k)) v = *reserved > v ? ByteSize{} : v - *reserved;
     }
-    placed_under = plan::get_balanced_memory(*model, free, o.no_split_module_classes, o.sizes, args.flag("--balanced-low-0"));
+    placed_under = plan::get_balanced_memory(*model, free, o.no_split_module_classes, o.sizes, r.low_zero);
+    p.balanced_budgets = placed_under;
   } else {
-    o.reserve = reserve;
+    o.reserve = p.reserve;
   }
-  const DeviceMap dm = infer_auto_device_map(*model, placed_under, o);
-  if (args.flag("--json")) {
-    if (!kv_note.empty()) std::cerr << kv_note << "\n";
-    std::cout << plan::to_ordered_json(dm).dump(1) << "\n";
-    return 0;
+  p.device_map = infer_auto_device_map(*model, placed_under, o);
+  p.sizes = plan::compute_module_sizes(*model, o.sizes);
+  return p;
+}
+
+/// Writes the plan to `out`: Accelerate's device-map JSON alone when `json` (the KV-cache note then
+/// goes to `notes`), else the note, the module table and the per-device table.
+inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::ostream& notes) {
+  const std::string kv_note = p.kv_cache ? detail::kv_cache_note(*p.kv_cache) : "";
+  if (json) {
+    if (!kv_note.empty()) notes << kv_note << "\n";
+    out << plan::to_ordered_json(p.device_map).dump(1) << "\n";
+    return;
   }
-  const auto sizes = plan::compute_module_sizes(*model, o.sizes);
   std::vector<std::vector<std::string>> rows;
   std::map<std::string, ByteSize> per_device;
-  for (const auto& [name, p] : dm) {
-    rows.push_back({name.empty() ? "(whole model)" : name, p.str(), human_bytes(sizes[name].bytes())});
-    per_device[p.str()] += sizes[name];
+  for (const auto& [name, placement] : p.device_map) {
+    rows.push_back({name.empty() ? "(whole model)" : name, placement.str(), human_bytes(p.sizes[name].bytes())});
+    per_device[placement.str()] += p.sizes[name];
   }
-  if (!kv_note.empty()) std::cout << kv_note << "\n";
-  print_table(std::cout, {"module", "device", "size"}, rows);
+  if (!kv_note.empty()) out << kv_note << "\n";
+  print_table(out, {"module", "device", "size"}, rows);
+  const bool balanced = p.balanced_budgets.has_value();
   std::vector<std::string> headers = {"device", "placed", "reserved", "budget"};
   if (balanced) headers.push_back("balanced budget");
   std::vector<std::vector<std::string>> totals;
-  for (const auto& [k, budget] : budgets) {
+  for (const auto& [k, budget] : p.budgets) {
     const auto it = per_device.find(k.str());
-    const ByteSize* r = plan::find_budget(reserve, k);
+    const ByteSize* reserved = plan::find_budget(p.reserve, k);
     std::vector<std::string> row = {k.str(), human_bytes(it == per_device.end() ? 0.0 : it->second.bytes()),
-                                    human_bytes(r ? r->bytes() : 0.0), human_bytes(budget.bytes())};
+                                    human_bytes(reserved ? reserved->bytes() : 0.0), human_bytes(budget.bytes())};
     if (balanced) {
-      const ByteSize* b = plan::find_budget(placed_under, k);
+      const ByteSize* b = plan::find_budget(*p.balanced_budgets, k);
       row.push_back(human_bytes(b ? b->bytes() : 0.0));
     }
     totals.push_back(std::move(row));
   }
-  if (!plan::find_budget(budgets, plan::MemoryKey::disk()) && per_device.count("disk")) {
+  if (!plan::find_budget(p.budgets, plan::MemoryKey::disk()) && per_device.count("disk")) {
     std::vector<std::string> row = {"disk", human_bytes(per_device["disk"].bytes()), human_bytes(0.0), "unbounded"};
     if (balanced) row.push_back("unbounded");
     totals.push_back(std::move(row));
   }
-  print_table(std::cout, headers, totals);
-  return 0;
+  print_table(out, headers, totals);
+}
+
+/// `accel plan`: parse, compute, render.
+inline int run_plan(const ParsedArgs& args) {
+  const PlanRequest r = parse_plan_request(args);
+  render_plan(compute_plan(r, std::cerr), r.json, std::cout, std::cerr);
+  return exit_ok;
+}
+
+/// The `accel plan` entry of the command table.
+inline Command plan_command() {
+  return {
+      .name = "plan",
+      .summary = "a device map for MODEL under memory budgets, like Accelerate's infer_auto_device_map",
+      .usage = "MODEL --max-memory DEVICE=SIZE,... [--no-split A,B] [--dtype DTYPE]\n"
+               "       [--reserve DEVICE=SIZE,...] [--kv-cache SEQ[xBATCH]] [--balanced | --balanced-low-0]\n"
+               "       [--json] [--verbose]",
+      .positionals = {{"MODEL",
+                       "a transformers config.json, a model spec JSON, a checkpoint\n"
+                       "(.safetensors, .bin, a sharded *.index.json) or a folder of one"}},
+      .options =
+          {
+              {.name = "--max-memory",
+               .placeholder = "DEVICE=SIZE,...",
+               .help = "budget per device (0, 1, ... for GPUs, cpu, disk), e.g.\n"
+                       "0=20GiB,1=20GiB,cpu=64GB; what fits nowhere goes to disk",
+               .repeatable = true,
+               .required = true},
+              {.name = "--no-split",
+               .placeholder = "CLASS,...",
+               .help = "module classes kept whole (default: the model's own)",
+               .repeatable = true},
+              {.name = "--dtype", .placeholder = "DTYPE", .help = "size floating-point weights as float16, bfloat16, ..."},
+              {.name = "--reserve",
+               .placeholder = "DEVICE=SIZE,...",
+               .help = "bytes each device keeps free (activations, workspace)",
+               .repeatable = true},
+              {.name = "--kv-cache",
+               .placeholder = "SEQ[xBATCH]",
+               .help = "also keep free the KV cache of SEQ tokens (\"max\": the\n"
+                       "config's context length) x BATCH sequences in --dtype\n"
+                       "(float32 without it), split evenly over the GPUs"},
+              {.name = "--balanced",
+               .help = "balance the GPU budgets first (get_balanced_memory); the\n"
+                       "reserve comes off the budgets before they are balanced"},
+              {.name = "--balanced-low-0", .help = "like --balanced, keeping GPU 0 as free as possible"},
+              {.name = "--json", .help = "the device map alone, as Accelerate's device_map JSON"},
+              {.name = "--verbose", .help = "explain every placement decision on stderr"},
+          },
+      .details = "A config.json is planned as the causal LM (with lm_head), the model its checkpoint\n"
+                 "loads into. SIZE is bytes or a number with a unit: 10GB and 512MB count in powers of\n"
+                 "10, 1.5GiB and 512MiB in powers of 2.",
+      .run = run_plan,
+  };
 }
 
 }  // namespace accel::cli

@@ -29,6 +29,20 @@ if(TARGET accel_cli)
   add_test(NAME cli_inspect_usage COMMAND accel_cli inspect)
   set_tests_properties(cli_inspect_usage PROPERTIES WILL_FAIL TRUE)
 
+  # The command lines themselves (check_cli_usage.py): --help, --version, and the exit codes
+  # 0 success, 1 bad input (missing files, out-of-range sizes), 2 usage errors.
+  set(usage_check ${ACCEL_PYTHON3} ${cli_dir}/check_cli_usage.py)
+  set(usage_model ${PROJECT_SOURCE_DIR}/tests/data/configs/gpt2_tiny/config.json)
+  foreach(group help usage bad-input)
+    # "-": these groups do not run accel-conformance.
+    add_test(NAME cli_usage_${group}
+             COMMAND ${usage_check} ${group} $<TARGET_FILE:accel_cli> - ${PROJECT_VERSION} ${usage_model})
+  endforeach()
+  if(TARGET accel-conformance)
+    add_test(NAME cli_usage_conformance COMMAND ${usage_check} conformance $<TARGET_FILE:accel_cli>
+                                                $<TARGET_FILE:accel-conformance> ${PROJECT_VERSION} ${usage_model})
+  endif()
+
   # Floats sized as float32: 3 layers of 16 + 24 weights (160 bytes each) are the largest layers,
   # the whole model holds 820.5 bytes (the 4 bools count 1/8 byte each, as in Accelerate).
   add_test(NAME cli_estimate_memory_safetensors COMMAND accel_cli estimate-memory ${cli_ck}/tiny.safetensors)
