@@ -33,7 +33,10 @@ inline NamedTensors clean_state_dict_for_safetensors(const StateDict& state, std
   NamedTensors kept;
   kept.reserve(state.size());
   std::unordered_map<const void*, std::vector<std::size_t>> kept_of_storage;  // only same-storage names can match
-  for (const auto& [name, t] : state) {
+  for (const auto& entry : state) {
+    // Named references, not structured bindings: clang 14 cannot capture those in a lambda.
+    const auto& name = entry.first;
+    const auto& t = entry.second;
     const void* storage = t.storage() ? static_cast<const void*>(t.storage().get()) : nullptr;
     auto& same_storage = kept_of_storage[storage];
     const bool duplicate = storage && std::any_of(same_storage.begin(), same_storage.end(),

@@ -432,7 +432,10 @@ BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, const MaxMemory
   if (!opts.sizes.dtype && P::precision_search::count > 0) {
     opts.sizes.dtype = P::precision::storage_dtype;
   }
-  for (const auto& [key, extra] : offload_policy_reserve<P>(model, max_memory, opts)) {
+  for (const auto& entry : offload_policy_reserve<P>(model, max_memory, opts)) {
+    // Named copies, not structured bindings: clang 14 cannot capture those in a lambda.
+    const auto& key = entry.first;
+    const auto& extra = entry.second;
     auto it = std::find_if(opts.reserve.begin(), opts.reserve.end(), [&](const auto& e) { return e.first == key; });
     if (it == opts.reserve.end()) {
       opts.reserve.emplace_back(key, extra);
