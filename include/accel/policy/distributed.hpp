@@ -1,52 +1,125 @@
-// Distributed policies: no_dist, multi_cpu<mpi>, multi_gpu<nccl>.
+// Distributed policies: no_dist, multi_cpu<mpi>, multi_gpu<nccl>, and distributed_kind, the trait
+// a policy bundle finds them by.
 //
 // They decide at compile time what gather / reduce / broadcast / wait_for_everyone compile to.
-// The default of a policy bundle is no_dist (one process; collectives are identities).
+// Each tag carries the DistributedMode it stands for (Accelerate's distributed_type) and, when it
+// communicates, the CommBackend it runs over. The default of a policy bundle is no_dist (one
+// process; collectives are identities).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 #include <type_traits>
 
+#include "accel/policy/kind.hpp"
+
 namespace accel::policy {
 
+/// The communication libraries a distributed policy may run over.
+enum class CommBackend : std::uint8_t {
+  mpi,   ///< MPI: CPU collectives, and the bootstrap of NCCL
+  nccl,  ///< NCCL: GPU collectives
+};
+
+/// The library's usual lower-case name ("mpi", "nccl"), as logs and launchers write it.
+constexpr std::string_view to_string(CommBackend b) { return b == CommBackend::nccl ? "nccl" : "mpi"; }
+
+/// The members every communication library tag carries, written once.
+template <CommBackend Id>
+struct basic_comm_backend {
+  /// The library this tag stands for.
+  static constexpr CommBackend id = Id;
+  /// `id` spelled for logs.
+  static constexpr std::string_view name = to_string(Id);
+};
+
+/// MPI, for multi_cpu<mpi>.
+struct mpi : basic_comm_backend<CommBackend::mpi> {};
+/// NCCL, for multi_gpu<nccl>.
+struct nccl : basic_comm_backend<CommBackend::nccl> {};
+
+/// The kind of distributed run a tag stands for. Its order is that of the first entries of utils'
+/// DistributedType, so the two convert one to one where they overlap.
+enum class DistributedMode : std::uint8_t {
+  no,         ///< one process
+  multi_cpu,  ///< several CPU processes (or hosts) over MPI
+  multi_gpu,  ///< several GPUs over NCCL
+};
+
+/// Accelerate's spelling of `m` ("NO", "MULTI_CPU", "MULTI_GPU"), as config files write it.
+constexpr std::string_view to_string(DistributedMode m) {
+  switch (m) {
+    case DistributedMode::multi_cpu: return "MULTI_CPU";
+    case DistributedMode::multi_gpu: return "MULTI_GPU";
+    case DistributedMode::no: break;
+  }
+  return "NO";
+}
+
+/// Base of every distributed tag; `is_distributed_v` detects it, so a tag needs no registration.
 struct distributed_tag {};
 
-/// Communication libraries a distributed policy may name.
-struct mpi {
-  static constexpr std::string_view name = "mpi";
-};
-struct nccl {
-  static constexpr std::string_view name = "nccl";
+/// The members every distributed tag carries, written once.
+template <DistributedMode Id>
+struct basic_distributed : distributed_tag {
+  /// The kind of run this tag stands for; switch on it rather than on `distributed_type`.
+  static constexpr DistributedMode id = Id;
+  /// `id` as Accelerate spells it, for configs and logs.
+  static constexpr std::string_view distributed_type = to_string(Id);
 };
 
 /// One process: every collective is the identity.
-struct no_dist : distributed_tag {
-  static constexpr std::string_view distributed_type = "NO";
-};
+struct no_dist : basic_distributed<DistributedMode::no> {};
 
 /// Many CPU processes (or hosts) over MPI.
 template <class Backend = mpi>
-struct multi_cpu : distributed_tag {
+struct multi_cpu : basic_distributed<DistributedMode::multi_cpu> {
   static_assert(std::is_same_v<Backend, mpi>,
                 "accel::policy::multi_cpu<B>: CPU collectives run over MPI; valid choices: multi_cpu<mpi>");
+  /// The communication library collectives run over.
   using backend = Backend;
-  static constexpr std::string_view distributed_type = "MULTI_CPU";
 };
 
 /// Many GPUs over NCCL, bootstrapped over MPI.
 template <class Backend = nccl>
-struct multi_gpu : distributed_tag {
+struct multi_gpu : basic_distributed<DistributedMode::multi_gpu> {
   static_assert(std::is_same_v<Backend, nccl>,
                 "accel::policy::multi_gpu<B>: GPU collectives run over NCCL; valid choices: multi_gpu<nccl>");
+  /// The communication library collectives run over.
   using backend = Backend;
-  static constexpr std::string_view distributed_type = "MULTI_GPU";
 };
 
+/// True for distributed tags.
 template <class T>
 inline constexpr bool is_distributed_v = std::is_base_of_v<distributed_tag, T>;
 
 /// A distributed tag: no_dist, multi_cpu<mpi> or multi_gpu<nccl>.
 template <class T>
 concept Distributed = is_distributed_v<T>;
+
+/// The distributed kind of a policy bundle (see kind.hpp for what each member is for).
+struct distributed_kind {
+  /// The kind's name, that of the bundle member it fills.
+  static constexpr std::string_view name = "distributed";
+  /// Recognises distributed tags among a bundle's tags.
+  template <class T>
+  using matches = std::bool_constant<is_distributed_v<T>>;
+  /// A bundle that names no distributed policy runs as one process.
+  using default_tag = no_dist;
+  /// Gives a bundle `P::distributed`.
+  template <class Tag>
+  struct member {
+    /// The bundle's distributed tag.
+    using distributed = Tag;
+  };
+  /// Compiles only when Ok; otherwise the error lists the distributed tags.
+  template <bool Ok>
+  static constexpr void valid_choices() {
+    static_assert(Ok, "accel::policies<...>: at most one distributed tag per bundle; valid choices: no_dist, "
+                      "multi_cpu<mpi>, multi_gpu<nccl>");
+  }
+};
+
+static_assert(PolicyKind<distributed_kind>);
 
 }  // namespace accel::policy

@@ -1,4 +1,5 @@
-// Offload policies: no_offload, sync_offload, prefetch<N>.
+// Offload policies: no_offload, sync_offload, prefetch<N>, and offload_kind, the trait a policy
+// bundle finds them by.
 //
 // no_offload: weights stay where the device map put them. sync_offload: Accelerate's
 // behaviour, weights copied in before a block's forward and dropped after. prefetch<N>: the
@@ -7,35 +8,80 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 #include <type_traits>
+
+#include "accel/policy/kind.hpp"
 
 namespace accel::policy {
 
+/// How offloaded weights reach the device a tag stands for.
+enum class OffloadMode : std::uint8_t {
+  none,      ///< no_offload: nothing travels
+  sync,      ///< sync_offload: copied in before the forward, dropped after
+  prefetch,  ///< prefetch<N>: copied ahead while earlier blocks compute
+};
+
+/// Base of every offload tag; `is_offload_v` detects it, so a tag needs no registration.
 struct offload_tag {};
 
-struct no_offload : offload_tag {
-  static constexpr std::size_t prefetch_depth = 0;
-  static constexpr bool offloads = false;
+/// The members every offload tag carries, written once.
+template <OffloadMode Id, std::size_t Depth>
+struct basic_offload : offload_tag {
+  /// How weights travel under this tag; switch on it rather than on the flags below.
+  static constexpr OffloadMode id = Id;
+  /// Blocks whose weights are in flight ahead of the computing one (0: none), which is what
+  /// the planner reserves staging memory for.
+  static constexpr std::size_t prefetch_depth = Depth;
+  /// Whether hooks move weights at all.
+  static constexpr bool offloads = Id != OffloadMode::none;
 };
 
-struct sync_offload : offload_tag {
-  static constexpr std::size_t prefetch_depth = 0;
-  static constexpr bool offloads = true;
-};
+/// Weights stay where the device map put them.
+struct no_offload : basic_offload<OffloadMode::none, 0> {};
 
+/// Accelerate's behaviour: weights copied in before a block's forward and dropped after.
+struct sync_offload : basic_offload<OffloadMode::sync, 0> {};
+
+/// The next N blocks' weights travel while the current block computes.
 template <std::size_t N>
-struct prefetch : offload_tag {
+struct prefetch : basic_offload<OffloadMode::prefetch, N> {
   static_assert(N >= 1, "accel::policy::prefetch<N>: N is the number of blocks in flight and must be >= 1; "
                         "use sync_offload for no prefetching");
-  static constexpr std::size_t prefetch_depth = N;
-  static constexpr bool offloads = true;
 };
 
+/// True for offload tags.
 template <class T>
 inline constexpr bool is_offload_v = std::is_base_of_v<offload_tag, T>;
 
 /// An offload tag: no_offload, sync_offload or prefetch<N>.
 template <class T>
 concept Offload = is_offload_v<T>;
+
+/// The offload kind of a policy bundle (see kind.hpp for what each member is for).
+struct offload_kind {
+  /// The kind's name, that of the bundle member it fills.
+  static constexpr std::string_view name = "offload";
+  /// Recognises offload tags among a bundle's tags.
+  template <class T>
+  using matches = std::bool_constant<is_offload_v<T>>;
+  /// A bundle that names no offload policy leaves weights where the device map put them.
+  using default_tag = no_offload;
+  /// Gives a bundle `P::offload`.
+  template <class Tag>
+  struct member {
+    /// The bundle's offload tag.
+    using offload = Tag;
+  };
+  /// Compiles only when Ok; otherwise the error lists the offload tags.
+  template <bool Ok>
+  static constexpr void valid_choices() {
+    static_assert(Ok, "accel::policies<...>: at most one offload tag per bundle; valid choices: no_offload, "
+                      "sync_offload, prefetch<N>");
+  }
+};
+
+static_assert(PolicyKind<offload_kind>);
 
 }  // namespace accel::policy

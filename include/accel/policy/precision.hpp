@@ -1,67 +1,135 @@
-// Precision policies: fp32, fp16, bf16, fp8<e4m3> / fp8<e5m2>.
+// Precision policies: fp32, fp16, bf16, fp8<e4m3> / fp8<e5m2>, and precision_kind, the trait a
+// policy bundle finds them by.
 //
 // A precision names the dtype weights are held in, the dtype matmuls compute in, and whether
-// module outputs are converted back to fp32 (Accelerate's convert_outputs_to_fp32). The default
-// of a policy bundle is fp32. `mixed_precision` spells it as Accelerate's config does.
+// module outputs are converted back to fp32 (Accelerate's convert_outputs_to_fp32). Each tag
+// carries the MixedPrecision setting it stands for, which Accelerate's config spells "no",
+// "fp16", "bf16" or "fp8". The default of a policy bundle is fp32.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 #include <type_traits>
 
 #include "accel/core/dtype.hpp"
+#include "accel/policy/kind.hpp"
 
 namespace accel::policy {
 
-/// Base of every precision tag; `is_precision_v` detects it.
+/// Accelerate's `mixed_precision` setting. Its order is that of utils' PrecisionType, so a run-time
+/// config value and a compile-time tag convert one to one (utils/precision.hpp).
+enum class MixedPrecision : std::uint8_t {
+  no,    ///< full precision: fp32
+  fp8,   ///< fp8<F>: float8 weights, bf16 compute
+  fp16,  ///< fp16
+  bf16,  ///< bf16
+};
+
+/// Accelerate's spelling of `m`, as config files and ACCELERATE_MIXED_PRECISION write it.
+constexpr std::string_view to_string(MixedPrecision m) {
+  switch (m) {
+    case MixedPrecision::fp8: return "fp8";
+    case MixedPrecision::fp16: return "fp16";
+    case MixedPrecision::bf16: return "bf16";
+    case MixedPrecision::no: break;
+  }
+  return "no";
+}
+
+/// Base of every precision tag; `is_precision_v` detects it, so a tag needs no registration.
 struct precision_tag {};
 
-struct fp32 : precision_tag {
-  static constexpr DType storage_dtype = DType::f32;
-  static constexpr DType compute_dtype = DType::f32;
-  static constexpr bool convert_outputs_to_fp32 = false;
-  static constexpr std::string_view mixed_precision = "no";
-};
-struct fp16 : precision_tag {
-  static constexpr DType storage_dtype = DType::f16;
-  static constexpr DType compute_dtype = DType::f16;
-  static constexpr bool convert_outputs_to_fp32 = true;
-  static constexpr std::string_view mixed_precision = "fp16";
-};
-struct bf16 : precision_tag {
-  static constexpr DType storage_dtype = DType::bf16;
-  static constexpr DType compute_dtype = DType::bf16;
-  static constexpr bool convert_outputs_to_fp32 = true;
-  static constexpr std::string_view mixed_precision = "bf16";
+/// The members every precision tag carries, written once.
+template <MixedPrecision Id, DType Storage, DType Compute, bool ConvertOutputs>
+struct basic_precision : precision_tag {
+  /// The setting this tag stands for; switch on it rather than on `mixed_precision`.
+  static constexpr MixedPrecision id = Id;
+  /// The dtype weights are created and held in.
+  static constexpr DType storage_dtype = Storage;
+  /// The dtype matmul, linear and attention compute in (the autocast dtype).
+  static constexpr DType compute_dtype = Compute;
+  /// Whether module outputs are cast back to fp32, so that code after the model sees fp32 as
+  /// Accelerate's convert_outputs_to_fp32 guarantees.
+  static constexpr bool convert_outputs_to_fp32 = ConvertOutputs;
+  /// `id` as Accelerate spells it, for configs and logs.
+  static constexpr std::string_view mixed_precision = to_string(Id);
 };
 
-/// FP8 formats for fp8<F>.
+/// Full precision: f32 weights and compute; outputs need no conversion.
+struct fp32 : basic_precision<MixedPrecision::no, DType::f32, DType::f32, false> {};
+/// Half precision: f16 weights and compute, outputs back to fp32.
+struct fp16 : basic_precision<MixedPrecision::fp16, DType::f16, DType::f16, true> {};
+/// bfloat16: bf16 weights and compute, outputs back to fp32.
+struct bf16 : basic_precision<MixedPrecision::bf16, DType::bf16, DType::bf16, true> {};
+
+/// The float8 format of fp8<e4m3>: more mantissa, the format forward tensors are stored in.
 struct e4m3 {
+  /// The dtype fp8<e4m3> weights are held in.
   static constexpr DType dtype = DType::f8_e4m3fn;
 };
+/// The float8 format of fp8<e5m2>: more range, the format gradients usually take.
 struct e5m2 {
+  /// The dtype fp8<e5m2> weights are held in.
   static constexpr DType dtype = DType::f8_e5m2;
 };
 
+/// True for the float8 formats fp8<F> accepts.
 template <class F>
 inline constexpr bool is_fp8_format_v = std::is_same_v<F, e4m3> || std::is_same_v<F, e5m2>;
 
-/// FP8 weights (e4m3 by default, as Transformer Engine's HYBRID recipe stores forward
-/// tensors); matmuls accumulate in bf16 on hardware without FP8 units.
+namespace detail {
+// A bad format must reach fp8's own static_assert rather than fail inside its base first.
+template <class F>
+constexpr DType fp8_storage_dtype() {
+  if constexpr (is_fp8_format_v<F>) {
+    return F::dtype;
+  } else {
+    return DType::f8_e4m3fn;
+  }
+}
+}  // namespace detail
+
+/// FP8 weights (e4m3 by default, as Transformer Engine's HYBRID recipe stores forward tensors);
+/// matmuls accumulate in bf16 on hardware without FP8 units.
 template <class Format = e4m3>
-struct fp8 : precision_tag {
+struct fp8 : basic_precision<MixedPrecision::fp8, detail::fp8_storage_dtype<Format>(), DType::bf16, true> {
   static_assert(is_fp8_format_v<Format>,
                 "accel::policy::fp8<F>: F must be a float8 format; valid choices: e4m3, e5m2");
-  static constexpr DType storage_dtype = Format::dtype;
-  static constexpr DType compute_dtype = DType::bf16;
-  static constexpr bool convert_outputs_to_fp32 = true;
-  static constexpr std::string_view mixed_precision = "fp8";
+  /// The float8 format weights are held in.
+  using format = Format;
 };
 
+/// True for precision tags.
 template <class T>
 inline constexpr bool is_precision_v = std::is_base_of_v<precision_tag, T>;
 
 /// A precision tag: fp32, fp16, bf16 or fp8<e4m3|e5m2>.
 template <class T>
 concept Precision = is_precision_v<T>;
+
+/// The precision kind of a policy bundle (see kind.hpp for what each member is for).
+struct precision_kind {
+  /// The kind's name, that of the bundle member it fills.
+  static constexpr std::string_view name = "precision";
+  /// Recognises precision tags among a bundle's tags.
+  template <class T>
+  using matches = std::bool_constant<is_precision_v<T>>;
+  /// A bundle that names no precision computes in full precision.
+  using default_tag = fp32;
+  /// Gives a bundle `P::precision`.
+  template <class Tag>
+  struct member {
+    /// The bundle's precision tag.
+    using precision = Tag;
+  };
+  /// Compiles only when Ok; otherwise the error lists the precision tags.
+  template <bool Ok>
+  static constexpr void valid_choices() {
+    static_assert(Ok, "accel::policies<...>: at most one precision tag per bundle; valid choices: fp32, fp16, "
+                      "bf16, fp8<e4m3>, fp8<e5m2>");
+  }
+};
+
+static_assert(PolicyKind<precision_kind>);
 
 }  // namespace accel::policy

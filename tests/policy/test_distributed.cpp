@@ -1,0 +1,39 @@
+// Distributed tags: the DistributedMode and CommBackend they stand for, and Accelerate's spelling.
+#include <catch2/catch.hpp>
+
+#include <type_traits>
+
+#include "accel/policy/distributed.hpp"
+
+using namespace accel::policy;
+
+TEST_CASE("distributed tags carry a DistributedMode id spelled as Accelerate's config does",
+          "[policy][distributed]") {
+  STATIC_REQUIRE(no_dist::id == DistributedMode::no);
+  STATIC_REQUIRE(multi_cpu<>::id == DistributedMode::multi_cpu);
+  STATIC_REQUIRE(multi_gpu<>::id == DistributedMode::multi_gpu);
+  REQUIRE(no_dist::distributed_type == "NO");
+  REQUIRE(multi_cpu<mpi>::distributed_type == "MULTI_CPU");
+  REQUIRE(multi_gpu<nccl>::distributed_type == "MULTI_GPU");
+}
+
+TEST_CASE("each communicating tag names its library, MPI for CPUs and NCCL for GPUs", "[policy][distributed]") {
+  STATIC_REQUIRE(std::is_same_v<multi_cpu<>::backend, mpi>);
+  STATIC_REQUIRE(std::is_same_v<multi_gpu<>::backend, nccl>);
+  STATIC_REQUIRE(mpi::id == CommBackend::mpi);
+  STATIC_REQUIRE(nccl::id == CommBackend::nccl);
+  REQUIRE(mpi::name == "mpi");
+  REQUIRE(nccl::name == "nccl");
+  REQUIRE(to_string(CommBackend::nccl) == "nccl");
+}
+
+TEST_CASE("distributed_kind recognises distributed tags only", "[policy][distributed]") {
+  STATIC_REQUIRE(PolicyKind<distributed_kind>);
+  STATIC_REQUIRE(distributed_kind::name == "distributed");
+  STATIC_REQUIRE(distributed_kind::matches<multi_cpu<mpi>>::value);
+  STATIC_REQUIRE_FALSE(distributed_kind::matches<mpi>::value);
+  STATIC_REQUIRE(std::is_same_v<distributed_kind::default_tag, no_dist>);
+  STATIC_REQUIRE(std::is_same_v<distributed_kind::member<no_dist>::distributed, no_dist>);
+  STATIC_REQUIRE(Distributed<multi_gpu<nccl>>);
+  STATIC_REQUIRE_FALSE(Distributed<nccl>);
+}

@@ -1,0 +1,35 @@
+// Offload tags: the OffloadMode they stand for and the prefetch depth the planner reserves for.
+#include <catch2/catch.hpp>
+
+#include <type_traits>
+
+#include "accel/policy/offload.hpp"
+
+using namespace accel::policy;
+
+TEST_CASE("offload tags carry an OffloadMode id and agree with their flags", "[policy][offload]") {
+  STATIC_REQUIRE(no_offload::id == OffloadMode::none);
+  STATIC_REQUIRE(sync_offload::id == OffloadMode::sync);
+  STATIC_REQUIRE(prefetch<3>::id == OffloadMode::prefetch);
+  STATIC_REQUIRE_FALSE(no_offload::offloads);
+  STATIC_REQUIRE(sync_offload::offloads);
+  STATIC_REQUIRE(prefetch<1>::offloads);
+}
+
+TEST_CASE("only prefetch<N> keeps blocks in flight, N of them", "[policy][offload]") {
+  STATIC_REQUIRE(no_offload::prefetch_depth == 0);
+  STATIC_REQUIRE(sync_offload::prefetch_depth == 0);
+  STATIC_REQUIRE(prefetch<1>::prefetch_depth == 1);
+  STATIC_REQUIRE(prefetch<4>::prefetch_depth == 4);
+}
+
+TEST_CASE("offload_kind recognises offload tags only", "[policy][offload]") {
+  STATIC_REQUIRE(PolicyKind<offload_kind>);
+  STATIC_REQUIRE(offload_kind::name == "offload");
+  STATIC_REQUIRE(offload_kind::matches<prefetch<2>>::value);
+  STATIC_REQUIRE_FALSE(offload_kind::matches<int>::value);
+  STATIC_REQUIRE(std::is_same_v<offload_kind::default_tag, no_offload>);
+  STATIC_REQUIRE(std::is_same_v<offload_kind::member<sync_offload>::offload, sync_offload>);
+  STATIC_REQUIRE(Offload<sync_offload>);
+  STATIC_REQUIRE_FALSE(Offload<int>);
+}
