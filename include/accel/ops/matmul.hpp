@@ -16,6 +16,7 @@
 #include <string>
 
 #include "accel/backend/cpu/dnnl_matmul.hpp"
+#include "accel/backend/cpu/gemv.hpp"
 #include "accel/backend/cpu/kernels.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
@@ -86,24 +87,17 @@ inline Shape slice_shape(const Shape& s, std::size_t begin, std::size_t end) {
 }
 
 /// Rows of `a` (f32, dense [M, K]) against the rows of weight [N, K] (unit column stride, any
-/// float dtype) with bias: the decode-time GEMV. Each weight row is read once, converted in
-/// cache-sized pieces, and dotted with every row of `a`, so a bf16 weight is never widened whole.
+/// float dtype) with bias: the decode-time GEMV, each weight row read once in its own dtype
+/// (backend/cpu/gemv.hpp).
 inline void linear_small_m(const float* a, std::int64_t m, const Tensor& w, const float* bias, float* out) {
-  const std::int64_t n = w.size(0), k = w.size(1);
-  const auto* wbase = static_cast<const std::byte*>(w.data_ptr());
   const std::size_t row_bytes = static_cast<std::size_t>(w.stride(0)) * w.element_size();
-  const DType wd = w.dtype();
-  const std::size_t grain = std::max<std::size_t>(1, (std::size_t{1} << 14) / static_cast<std::size_t>(k));
-  parallel_for(static_cast<std::size_t>(n), grain, [&](std::size_t begin, std::size_t end) {
-    float* buf = scratch_floats(static_cast<std::size_t>(k), 3);
-    for (std::size_t j = begin; j < end; ++j) {
-      const float* wr = load_row(wd, wbase + j * row_bytes, buf, static_cast<std::size_t>(k));
-      const float b = bias ? bias[j] : 0.0f;
-      for (std::int64_t i = 0; i < m; ++i) {
-        out[static_cast<std::size_t>(i * n) + j] = backend::cpu::dot(a + i * k, wr, static_cast<std::size_t>(k)) + b;
-      }
-    }
-  });
+  if (w.dtype() == DType::f32 || w.dtype() == DType::f16 || w.dtype() == DType::bf16) {
+    backend::cpu::gemv_rows(a, m, w.size(1), w.data_ptr(), w.dtype(), row_bytes, w.size(0), bias, out);
+    return;
+  }
+  const Tensor wf = w.to(DType::f32).contiguous();
+  backend::cpu::gemv_rows(a, m, w.size(1), wf.data_ptr(), DType::f32, static_cast<std::size_t>(wf.stride(0)) * 4,
+                          w.size(0), bias, out);
 }
 
 /// Converts an f32 result into `dtype` (no copy for f32).
@@ -275,6 +269,21 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
     Tensor out = Tensor::empty(out_shape, DType::f32);
     detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,
                            bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
+    return detail::cast_result(out, x.dtype());
+  }
+  // bf16 x bf16 -> f32 in oneDNN (AVX512-BF16 where the CPU has it): the weight is read in
+  // place, never widened to an f32 copy.
+  if (x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 && weight.stride(1) == 1) {
+    const Tensor xb = x.dim() == 2 ? x.contiguous() : x.contiguous().reshape(Shape{-1, K});
+    Tensor out = Tensor::empty(out_shape, DType::f32);
+    backend::cpu::MatmulProblem p;
+    p.m = xb.size(0), p.k = K, p.n = N;
+    p.a = {0, K, 1};
+    p.b = {0, 1, weight.stride(0)};
+    p.a_type = p.b_type = dnnl::memory::data_type::bf16;
+    p.has_bias = bias_f.defined();
+    backend::cpu::dnnl_matmul(p, xb.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                              p.has_bias ? bias_f.data_ptr<float>() : nullptr);
     return detail::cast_result(out, x.dtype());
   }
   Tensor wf = weight.dtype() == DType::f32 ? weight : weight.to(DType::f32);
