@@ -27,6 +27,8 @@
 
 #include "accel/models/models.hpp"
 
+#include "accel/tokenize/tokenize.hpp"
+
 #include "accel/io/checkpoint_files.hpp"
 #include "accel/io/file_names.hpp"
 #include "accel/io/inspect.hpp"

@@ -7,8 +7,8 @@ import pathlib
 import re
 import sys
 
-ORDER = ["core", "backend", "policy", "ops", "nested", "nn", "io", "plan", "hooks", "dispatch", "quant", "dist",
-         "utils"]
+ORDER = ["core", "backend", "policy", "ops", "nested", "nn", "models", "tokenize", "io", "plan", "hooks", "dispatch",
+         "quant", "dist", "utils"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"accel/([a-z_]+)/')
 
 
