@@ -20,6 +20,7 @@
 #include "cli_estimate_memory.hpp"
 #include "cli_inspect.hpp"
 #include "cli_plan.hpp"
+#include "cli_run.hpp"
 
 namespace accel::cli {
 
@@ -29,6 +30,7 @@ inline std::span<const Command> accel_commands() {
       estimate_memory_command(),
       plan_command(),
       inspect_command(),
+      run_command(),
   };
   return commands;
 }

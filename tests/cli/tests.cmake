@@ -93,6 +93,14 @@ if(TARGET accel_cli)
     message(STATUS "accel: no CLI tests on conformance specs: ${queries} has no llama_tiny.json / gpt2_tiny.json "
                    "(set ACCEL_SHARED_DIR to the shared/ folder)")
   endif()
+  # `accel run` on the reference model folders (check_run.py): greedy tokens against the
+  # independent references, dtypes and seeded sampling, --prompt through a tokenizer.json, and
+  # the errors of incomplete or inconsistent folders.
+  foreach(group reference dtypes prompt errors)
+    add_test(NAME cli_run_${group}
+             COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_run.py ${group} $<TARGET_FILE:accel_cli>
+                     ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_run_${group})
+  endforeach()
 else()
   message(STATUS "accel: no CLI tests on checkpoints and configs: the accel_cli target is not built (tools/ is missing)")
 endif()
