@@ -23,6 +23,7 @@ enable_language(CUDA)
 # The g++ side, with the project's usual warning / ISA / sanitizer flags.
 add_library(accel_test_cuda_cases OBJECT ${CMAKE_CURRENT_LIST_DIR}/cuda_tests.cpp)
 target_link_libraries(accel_test_cuda_cases PRIVATE accel::accel Catch2::Catch2 accel_dev_flags)
+target_compile_definitions(accel_test_cuda_cases PRIVATE ACCEL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
 # accel_dev_flags (which accel_catch_main carries) holds g++-only flags (-Wall, ...) that nvcc
 # rejects, so the objects are linked in directly rather than through target_link_libraries.

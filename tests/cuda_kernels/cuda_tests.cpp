@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <optional>
 #include <random>
 #include <thread>
@@ -19,6 +21,8 @@
 #include "accel/core/convert.hpp"
 #include "accel/core/memory_stats.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/dispatch/load_pretrained.hpp"
+#include "accel/models/generate.hpp"
 #include "accel/ops/ops.hpp"
 #include "cuda_side.hpp"
 
@@ -429,6 +433,10 @@ TEST_CASE("cuda ops: embedding, rotary embedding, argmax and cat", "[cuda][ops]"
                       api::rotary_embedding(x, pos2, 500000.0, layout, rd), tolerance(d) * 2);
       }
     }
+    // Explicit frequencies and YaRN's cos / sin scaling (the rope_scaling variants), partial rotary.
+    const std::vector<double> inv_freq{1.0, 0.31, 0.05, 0.0007};
+    require_close(api::rotary_embedding(x.to(gpu), pos1.to(gpu), inv_freq, 1.1386),
+                  api::rotary_embedding(x, pos1, inv_freq, 1.1386), tolerance(d) * 2);
   }
 
   for (DType d : all_dtypes) {
@@ -472,9 +480,50 @@ TEST_CASE("cuda ops: scaled_dot_product_attention", "[cuda][ops]") {
     const Tensor v = uniform(Shape{1, 1, 3, 8}, d, 6);
     require_close(api::scaled_dot_product_attention(q.to(gpu), k.to(gpu), v.to(gpu), true, 0.5),
                   api::scaled_dot_product_attention(q, k, v, true, 0.5), tolerance(d));
+    // Mistral's sliding window, across key tiles, for prefill and decode-sized queries.
+    for (std::int64_t T : {std::int64_t{1}, std::int64_t{40}}) {
+      const Tensor qw = uniform(Shape{1, 4, T, 16}, d, 7), kw = uniform(Shape{1, 2, 260, 16}, d, 8);
+      const Tensor vw = uniform(Shape{1, 2, 260, 16}, d, 9);
+      for (std::int64_t window : {std::int64_t{4}, std::int64_t{150}}) {
+        INFO("T " << T << " window " << window);
+        require_close(api::scaled_dot_product_attention(qw.to(gpu), kw.to(gpu), vw.to(gpu), true, std::nullopt, window),
+                      api::scaled_dot_product_attention(qw, kw, vw, true, std::nullopt, window), tolerance(d));
+      }
+    }
   }
   CHECK_THROWS_AS(api::scaled_dot_product_attention(uniform(Shape{1, 3, 2, 8}, DType::f32, 1).to(gpu),
                                                      uniform(Shape{1, 2, 2, 8}, DType::f32, 1).to(gpu),
                                                      uniform(Shape{1, 2, 2, 8}, DType::f32, 1).to(gpu), true, std::nullopt),
                   accel::ShapeError);
+}
+
+namespace {
+/// The reference model folders (tests/data/models); ACCEL_TEST_MODELS_DIR overrides the path the
+/// build recorded, for runs on another machine.
+std::string models_dir() {
+  if (const char* env = std::getenv("ACCEL_TEST_MODELS_DIR")) return env;
+  return std::string(ACCEL_SOURCE_DIR) + "/tests/data/models";
+}
+}  // namespace
+
+TEST_CASE("cuda models: GPT-2 and LLaMA-family forwards and cached decoding on a GPU match the CPU", "[cuda][models]") {
+  ACCEL_REQUIRE_GPU();
+  for (const char* name : {"tiny_gpt2", "tiny_llama", "tiny_llama_rope_yarn", "tiny_mistral", "tiny_qwen2"}) {
+    for (DType d : {DType::f32, DType::bf16}) {
+      INFO(name << " " << d);
+      auto cpu = accel::dispatch::load_pretrained_causal_lm(models_dir() + "/" + name, {.dtype = d, .show_progress = false});
+      auto dev = accel::dispatch::load_pretrained_causal_lm(models_dir() + "/" + name, {.dtype = d, .show_progress = false});
+      dev.model->module().to(gpu);
+      const std::vector<std::int64_t> prompt{5, 17, 3, 40, 22, 9, 11, 30, 2, 7, 13, 8};
+      const Tensor ids = Tensor::from_vector(prompt, Shape{1, 12});
+      const Tensor on_gpu = dev.model->logits(ids.to(gpu), nullptr, 0);
+      CHECK(on_gpu.device() == gpu);
+      require_close(on_gpu, cpu.model->logits(ids, nullptr, 0), d == DType::f32 ? 1e-4 : 0.2);
+      const accel::models::GenerationConfig greedy{.max_new_tokens = 10, .ignore_eos = true};
+      const auto a = accel::models::generate(*dev.model, ids.to(gpu), greedy).new_tokens[0];
+      if (d == DType::f32) CHECK(a == accel::models::generate(*cpu.model, ids, greedy).new_tokens[0]);
+      // The cache lives on the layers' device.
+      CHECK(dev.model->make_cache(1, 16).layer(0).key().device() == gpu);
+    }
+  }
 }

@@ -18,7 +18,8 @@ namespace ops = accel::ops;
 namespace {
 
 // Attention on double copies with GQA head mapping and the end-aligned causal mask.
-std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale) {
+std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
+                             std::int64_t window = 0) {
   const auto qv = values(q), kv = values(k), vv = values(v);
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
   const std::int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3);
@@ -29,8 +30,14 @@ std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, 
       for (std::int64_t t = 0; t < T; ++t) {
         const std::int64_t kh = h / (Hq / Hkv);
         std::vector<double> s;
+        // The sliding window keeps the `window` newest visible keys: j > (S - T + t) - window.
+        const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, S - T + t - window + 1) : 0;
         for (std::int64_t j = 0; j < S; ++j) {
           if (causal && j > S - T + t) break;
+          if (j < first) {
+            s.push_back(-INFINITY);
+            continue;
+          }
           double d = 0;
           for (std::int64_t e = 0; e < D; ++e) d += qv[((b * Hq + h) * T + t) * D + e] * kv[((b * Hkv + kh) * S + j) * D + e];
           s.push_back(d * sc);
@@ -38,6 +45,7 @@ std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, 
         if (s.empty()) continue;
         double m = -INFINITY, z = 0;
         for (double x : s) m = std::max(m, x);
+        if (m == -INFINITY) continue;
         for (double& x : s) z += (x = std::exp(x - m));
         for (std::size_t j = 0; j < s.size(); ++j)
           for (std::int64_t e = 0; e < Dv; ++e)
@@ -124,4 +132,22 @@ TEST_CASE("sdpa errors and meta", "[ops][attention]") {
                                                      Tensor::empty({1, 8, 9, 128}, DType::f16, accel::Device::meta()),
                                                      Tensor::empty({1, 8, 9, 128}, DType::f16, accel::Device::meta()));
   REQUIRE((m.is_meta() && m.shape() == Shape{1, 32, 5, 128}));
+}
+
+TEST_CASE("sdpa sliding window: each query sees its newest keys, decode and prefill paths", "[ops][attention]") {
+  // 4 query heads over 2 kv heads; a window of 5 keys, itself included.
+  for (std::int64_t T : {std::int64_t{1}, std::int64_t{3}, std::int64_t{40}}) {
+    const std::int64_t S = 45;
+    const Tensor q = random_tensor({1, 4, T, 16}, 20), k = random_tensor({1, 2, S, 16}, 21), v = random_tensor({1, 2, S, 8}, 22);
+    for (std::int64_t window : {std::int64_t{1}, std::int64_t{5}, std::int64_t{100}}) {
+      INFO("T " << T << " window " << window);
+      require_close(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, window),
+                    ref_sdpa(q, k, v, true, std::nullopt, window), 1e-5, 1e-5);
+    }
+  }
+  // A window wider than the context changes nothing.
+  const Tensor q = random_tensor({1, 2, 6, 8}, 23), k = random_tensor({1, 2, 6, 8}, 24), v = random_tensor({1, 2, 6, 8}, 25);
+  require_close(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, 6),
+                values(ops::scaled_dot_product_attention(q, k, v, true)), 1e-7);
+  CHECK_THROWS_AS(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, -1), accel::ValueError);
 }

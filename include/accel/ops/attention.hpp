@@ -124,10 +124,7 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   const Device dev = detail::placement_of(op, {&q, &k, &v});
   if (dev.is_meta()) return Tensor::empty(out_shape, q.dtype(), dev);
   if (window < 0) throw ValueError(std::string(op) + ": sliding_window must be >= 0, got " + std::to_string(window));
-  if (dev.is_cuda()) {
-    if (window > 0) throw DeviceError(std::string(op) + ": a sliding window has no CUDA kernel yet");
-    return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale);
-  }
+  if (dev.is_cuda()) return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale, window);
   Tensor out = Tensor::empty(out_shape, q.dtype());
   if (out.numel() == 0) return out;
   const Tensor qf = detail::contiguous_f32(q), kf = detail::contiguous_f32(k), vf = detail::contiguous_f32(v);
@@ -181,7 +178,7 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 /// comment for grouped heads and the end-aligned causal mask. Default scale: 1 / sqrt(D). Inside
 /// an autocast scope, f32 / f16 / bf16 operands are first cast to the scope's dtype.
 /// `sliding_window` > 0 (Mistral's): a query sees only the `sliding_window` newest of the keys
-/// the causal mask lets it see, itself included (CPU only).
+/// the causal mask lets it see, itself included.
 inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                            bool is_causal = true, std::optional<double> scale = std::nullopt,
                                            std::int64_t sliding_window = 0) {

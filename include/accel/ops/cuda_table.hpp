@@ -33,10 +33,12 @@ struct CudaOpsTable {
   Tensor (*gelu)(const Tensor& x, GeluApproximate approximate) = nullptr;
   Tensor (*silu)(const Tensor& x) = nullptr;
   Tensor (*embedding)(const Tensor& ids, const Tensor& weight) = nullptr;
-  Tensor (*rotary_embedding)(const Tensor& x, const Tensor& positions, double theta,
-                             RopeLayout layout, std::int64_t rotary_dim) = nullptr;
-  Tensor (*scaled_dot_product_attention)(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         bool is_causal, std::optional<double> scale) = nullptr;
+  /// Receives arguments the host op validated, and the frequencies it computed.
+  Tensor (*rotary_embedding)(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq,
+                             double attention_scaling, RopeLayout layout) = nullptr;
+  /// Receives arguments the host op validated.
+  Tensor (*scaled_dot_product_attention)(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                         std::optional<double> scale, std::int64_t sliding_window) = nullptr;
   Tensor (*argmax)(const Tensor& x, std::int64_t dim) = nullptr;
   Tensor (*cat)(const std::vector<Tensor>& xs, std::int64_t dim) = nullptr;
 };

@@ -93,7 +93,7 @@ inline void check_rotary_args(const char* op, const Tensor& x, const Tensor& pos
 /// Rotary position embedding with explicit frequencies (the rope_scaling variants of
 /// transformers compute them): pair i of the first 2 * inv_freq.size() features turns by
 /// position * inv_freq[i], and cos / sin are multiplied by `attention_scaling` (YaRN's factor;
-/// 1 otherwise). Features past the rotary dim pass through. CPU only (CUDA: DeviceError).
+/// 1 otherwise). Features past the rotary dim pass through.
 inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq,
                                double attention_scaling = 1.0, RopeLayout layout = RopeLayout::half_split) {
   constexpr const char* op = "rotary_embedding";
@@ -103,9 +103,7 @@ inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const s
   const bool per_batch = positions.dim() == 2;
   const Device dev = detail::placement_of(op, {&x, &positions});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) {
-    throw DeviceError("rotary_embedding with explicit frequencies has no CUDA kernel yet; use the theta form");
-  }
+  if (dev.is_cuda()) return require_cuda_op(cuda_ops().rotary_embedding, op)(x, positions, inv_freq, attention_scaling, layout);
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;
@@ -160,10 +158,6 @@ inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double 
   const std::int64_t rd = rotary_dim < 0 && x.dim() == 4 ? x.size(3) : rotary_dim;
   detail::check_rotary_args(op, x, positions, rd);
   if (!(theta > 0.0)) throw ValueError("rotary_embedding: theta must be positive, got " + std::to_string(theta));
-  const Device dev = detail::placement_of(op, {&x, &positions});
-  if (dev.is_cuda()) {
-    return require_cuda_op(cuda_ops().rotary_embedding, op)(x, positions, theta, layout, rotary_dim);
-  }
   std::vector<double> inv_freq(static_cast<std::size_t>(rd / 2));
   for (std::size_t i = 0; i < inv_freq.size(); ++i) {
     inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));

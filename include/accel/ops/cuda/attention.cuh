@@ -30,7 +30,7 @@ inline constexpr int sdpa_tile = 128;
 template <int = 0>  // a template, so several .cu files may include this header
 __global__ void sdpa_kernel(const void* q, const void* k, const void* v, void* out, DType dt, std::int64_t Hq,
                             std::int64_t Hkv, std::int64_t T, std::int64_t S, std::int64_t D, std::int64_t Dv,
-                            float scale, bool causal, std::int64_t rows) {
+                            float scale, bool causal, std::int64_t window, std::int64_t rows) {
   extern __shared__ float smem[];
   float* qs = smem;
   float* sc = qs + D;
@@ -45,12 +45,13 @@ __global__ void sdpa_kernel(const void* q, const void* k, const void* v, void* o
       const std::int64_t last = S - T + t + 1;  // keys [0, last) are visible
       visible = last < 0 ? 0 : (last > S ? S : last);
     }
+    const std::int64_t first = window > 0 && visible > window ? visible - window : 0;  // sliding window
     __syncthreads();  // the previous row is done with shared memory
     for (std::int64_t j = threadIdx.x; j < D; j += blockDim.x) qs[j] = kernels::load_f32(q, r * D + j, dt);
     for (std::int64_t j = threadIdx.x; j < Dv; j += blockDim.x) acc[j] = 0.0f;
     __syncthreads();
     float m = -INFINITY, l = 0.0f;  // identical in every thread: both come from block reductions
-    for (std::int64_t s0 = 0; s0 < visible; s0 += sdpa_tile) {
+    for (std::int64_t s0 = first; s0 < visible; s0 += sdpa_tile) {
       const std::int64_t cnt = visible - s0 < sdpa_tile ? visible - s0 : sdpa_tile;
       float local_max = -INFINITY;
       for (std::int64_t i = threadIdx.x; i < cnt; i += blockDim.x) {
@@ -78,38 +79,20 @@ __global__ void sdpa_kernel(const void* q, const void* k, const void* v, void* o
       __syncthreads();  // sc[] is rewritten by the next tile
     }
     for (std::int64_t j = threadIdx.x; j < Dv; j += blockDim.x) {
-      kernels::store_f32(out, r * Dv + j, dt, visible > 0 ? acc[j] / l : 0.0f);
+      kernels::store_f32(out, r * Dv + j, dt, visible > first ? acc[j] / l : 0.0f);
     }
   }
 }
 
 }  // namespace detail
 
-/// Attention softmax(q k^T * scale [+ causal mask]) v of CUDA tensors; default scale 1/sqrt(D).
+/// Attention softmax(q k^T * scale [+ causal mask, sliding window]) v of CUDA tensors. The host op
+/// (accel/ops/attention.hpp) has validated the arguments; this slot checks only its own limit.
 inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                           std::optional<double> scale) {
+                                           std::optional<double> scale, std::int64_t sliding_window) {
   constexpr const char* op = "scaled_dot_product_attention";
-  accel::ops::detail::check_float(op, "query", q);
-  accel::ops::detail::check_float(op, "key", k);
-  accel::ops::detail::check_float(op, "value", v);
-  accel::ops::detail::check_same_dtype(op, q, k);
-  accel::ops::detail::check_same_dtype(op, q, v);
-  detail::check_same_device(op, q, k);
-  detail::check_same_device(op, q, v);
-  auto shapes = [&] { return "query " + q.shape().str() + ", key " + k.shape().str() + ", value " + v.shape().str(); };
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) {
-    throw ShapeError(std::string(op) + ": expected 4-d [B, H, T, D] tensors, got " + shapes());
-  }
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
   const std::int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3);
-  if (k.size(0) != B || v.size(0) != B || v.size(1) != Hkv || v.size(2) != S || k.size(3) != D) {
-    throw ShapeError(std::string(op) + ": mismatched shapes: " + shapes() +
-                     " (expected key [B, Hkv, S, D] and value [B, Hkv, S, Dv])");
-  }
-  if (Hkv == 0 || Hq % Hkv != 0) {
-    throw ShapeError(std::string(op) + ": query heads (" + std::to_string(Hq) +
-                     ") must be a multiple of key/value heads (" + std::to_string(Hkv) + "): " + shapes());
-  }
   const std::size_t smem = static_cast<std::size_t>(D + detail::sdpa_tile + Dv + 33) * sizeof(float);
   if (smem > 48 * 1024) {
     throw ValueError(std::string(op) + ": head dims D = " + std::to_string(D) + ", Dv = " + std::to_string(Dv) +
@@ -123,7 +106,7 @@ inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, con
   const auto sc = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
   detail::sdpa_kernel<><<<detail::row_blocks(rows), detail::sdpa_threads, smem, scope.stream()>>>(
       qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), q.dtype(), Hq, Hkv, T, S, D, Dv, sc, is_causal,
-      rows);
+      sliding_window, rows);
   kernels::check_launch("sdpa_kernel");
   return out;
 }

@@ -1,7 +1,7 @@
 // Gathers, rotations, reductions and joins on CUDA tensors (nvcc only).
 //
 //   ops::embedding(ids, weight)                          rows of weight, ids checked on the GPU
-//   ops::rotary_embedding(x, pos, theta, layout, rdim)   RoPE on x [B, H, T, D]
+//   ops::rotary_embedding(x, pos, inv_freq, scaling, layout)   RoPE on x [B, H, T, D], validated by the host op
 //   ops::argmax(x, dim)                                  int64, first maximum, NaN wins
 //   ops::cat(xs, dim)                                    one 2-d copy per input
 //
@@ -48,7 +48,7 @@ __global__ void embedding_kernel(const I* __restrict__ ids, const W* __restrict_
 template <int = 0>  // a template, so several .cu files may include this header
 __global__ void rotary_kernel(const void* x, void* out, DType d, const void* pos, bool pos64, bool per_batch,
                               std::int64_t H, std::int64_t T, std::int64_t D, std::int64_t rd, bool interleaved,
-                              double theta, std::int64_t total) {
+                              const double* __restrict__ inv_freq, double scaling, std::int64_t total) {
   ACCEL_GRID_STRIDE(i, total) {
     const std::int64_t j = i % D, row = i / D;
     if (j >= rd) {
@@ -61,8 +61,8 @@ __global__ void rotary_kernel(const void* x, void* out, DType d, const void* pos
     const std::int64_t pi = per_batch ? b * T + t : t;
     const double p = pos64 ? static_cast<double>(static_cast<const std::int64_t*>(pos)[pi])
                            : static_cast<double>(static_cast<const std::int32_t*>(pos)[pi]);
-    const double angle = p * pow(theta, -2.0 * static_cast<double>(pair) / static_cast<double>(rd));
-    const auto c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+    const double angle = p * inv_freq[pair];
+    const auto c = static_cast<float>(cos(angle) * scaling), s = static_cast<float>(sin(angle) * scaling);
     const std::int64_t base = i - j;
     const float x0 = kernels::load_f32(x, base + i0, d), x1 = kernels::load_f32(x, base + i1, d);
     kernels::store_f32(out, i, d, j == i0 ? x0 * c - x1 * s : x1 * c + x0 * s);
@@ -211,34 +211,24 @@ inline Tensor embedding(const Tensor& ids, const Tensor& weight) {
 }
 
 /// Rotary position embedding of a CUDA x [B, H, T, D] (see accel::ops::rotary_embedding).
-inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double theta, accel::ops::RopeLayout layout,
-                               std::int64_t rotary_dim) {
+/// RoPE on a CUDA x [B, H, T, D] with the frequencies the host op computed. The host op
+/// (accel/ops/embedding.hpp) has validated every argument: this slot only launches.
+inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq,
+                               double attention_scaling, accel::ops::RopeLayout layout) {
   constexpr const char* op = "rotary_embedding";
-  accel::ops::detail::check_float(op, "x", x);
-  detail::check_index_dtype(op, "positions", positions);
-  detail::check_same_device(op, x, positions);
-  if (x.dim() != 4) throw ShapeError(std::string(op) + ": x must be [B, H, T, D], got " + x.shape().str());
-  const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-  const bool per_batch = positions.dim() == 2;
-  if (!((positions.dim() == 1 && positions.size(0) == T) ||
-        (per_batch && positions.size(0) == B && positions.size(1) == T))) {
-    throw ShapeError(std::string(op) + ": positions " + positions.shape().str() + " do not match x " +
-                     x.shape().str() + " (expected [T] or [B, T])");
-  }
-  const std::int64_t rd = rotary_dim < 0 ? D : rotary_dim;
-  if (rd > D || rd % 2 != 0) {
-    throw ValueError(std::string(op) + ": rotary_dim " + std::to_string(rotary_dim) +
-                     " must be even and at most the head dim " + std::to_string(D));
-  }
-  if (!(theta > 0.0)) throw ValueError(std::string(op) + ": theta must be positive, got " + std::to_string(theta));
+  const std::int64_t H = x.size(1), T = x.size(2), D = x.size(3);
+  const auto rd = static_cast<std::int64_t>(2 * inv_freq.size());
   kernels::OpScope scope(x.device(), op);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), scope.device());
   const std::int64_t total = out.numel();
   if (total == 0) return out;
   const Tensor xc = cuda::contiguous(x), pc = cuda::contiguous(positions);
+  const Tensor freqs = inv_freq.empty() ? Tensor::zeros({1}, DType::f64, scope.device())
+                                        : Tensor::from_vector(inv_freq).to(scope.device());
   detail::rotary_kernel<><<<kernels::grid_for(total), kernels::block_threads, 0, scope.stream()>>>(
-      xc.data_ptr(), out.data_ptr(), x.dtype(), pc.data_ptr(), positions.dtype() == DType::i64, per_batch, H, T, D, rd,
-      layout == accel::ops::RopeLayout::interleaved, theta, total);
+      xc.data_ptr(), out.data_ptr(), x.dtype(), pc.data_ptr(), positions.dtype() == DType::i64, positions.dim() == 2, H,
+      T, D, rd, layout == accel::ops::RopeLayout::interleaved, static_cast<const double*>(freqs.data_ptr()),
+      attention_scaling, total);
   kernels::check_launch("rotary_kernel");
   return out;
 }
