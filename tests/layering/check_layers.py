@@ -9,7 +9,8 @@ import sys
 
 ORDER = ["core", "backend", "policy", "ops", "nested", "nn", "models", "tokenize", "io", "plan", "hooks", "dispatch",
          "quant", "dist", "utils"]
-INCLUDE = re.compile(r'^\s*#\s*include\s+"accel/([a-z_]+)/')
+# Quoted and angle-bracket includes alike: a header cannot reach a later layer either way.
+INCLUDE = re.compile(r'^\s*#\s*include\s+["<]accel/([a-z_]+)/')
 
 
 def main() -> int:

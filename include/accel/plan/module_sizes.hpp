@@ -129,9 +129,6 @@ class LayerScan {
     }
   }
   bool is_layer(ModelIndex::Id i) const { return layer_[static_cast<std::size_t>(i)] != 0; }
-  bool is_no_split(ModelIndex::Id i) const {
-    return idx_.is_module(i) && layer_[static_cast<std::size_t>(i)] && !idx_.module_children(i).empty();
-  }
   /// Largest layer size under (or at) i.
   ByteSize max_under(ModelIndex::Id i) const { return max_[static_cast<std::size_t>(i)]; }
   /// Appends the layers under i whose size equals `size`, in traversal order.

@@ -154,11 +154,6 @@ class Generator {
   }
   /// The 4 words of counter `c` (pure: no state change).
   std::array<std::uint32_t, 4> block(std::uint64_t c) const { return detail::philox4x32_10(initial_seed(), c); }
-  /// One 64-bit value (advances by one counter).
-  std::uint64_t next_u64() {
-    const auto b = detail::philox4x32_10(initial_seed(), reserve(1));
-    return (std::uint64_t{b[0]} << 32) | b[1];
-  }
 
  private:
   Device device_;

@@ -4,7 +4,7 @@
 //
 //   dnnl_engine()                                   the process-wide CPU engine
 //   dnnl_matmul(MatmulProblem, a, b, c, bias)       c[batch] = a[batch] x b[batch] (+ bias)
-//   dnnl_matmul_cache_size() / clear                inspection for tests
+//   dnnl_matmul_cache_size()                        inspection for tests
 //
 // Operands are strided views (any strides oneDNN accepts: one of the two matrix strides should
 // be 1 for speed); the output is dense row-major. A batch stride of 0 broadcasts an operand.
@@ -207,7 +207,5 @@ inline void dnnl_matmul(const MatmulProblem& p, const void* a, const void* b, vo
 
 /// Number of matmul primitives currently cached.
 inline std::size_t dnnl_matmul_cache_size() { return detail::matmul_cache().size(); }
-/// Drops every cached primitive (they are rebuilt on demand).
-inline void dnnl_matmul_cache_clear() { detail::matmul_cache().clear(); }
 
 }  // namespace accel::backend::cpu

@@ -77,13 +77,6 @@ inline void check_device_index(int index, const char* op) {
   }
 }
 
-/// The calling thread's current device.
-inline int current_device() {
-  int d = 0;
-  check(cudaGetDevice(&d), "cudaGetDevice");
-  return d;
-}
-
 /// Makes `index` the current device for the scope and restores the previous one at exit.
 class DeviceGuard {
  public:
