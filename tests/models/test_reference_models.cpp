@@ -159,3 +159,25 @@ TEST_CASE("A batch of prompts decodes each row as alone", "[models][generate]") 
   CHECK(batch.new_tokens[0] == models::generate(*p.model, ids_tensor(prompt), {.max_new_tokens = 6, .ignore_eos = true}).new_tokens[0]);
   CHECK(batch.new_tokens[1] == models::generate(*p.model, ids_tensor(other), {.max_new_tokens = 6, .ignore_eos = true}).new_tokens[0]);
 }
+
+TEST_CASE("Prompts of different lengths are left-padded and decode as each alone", "[models][generate]") {
+  for (const std::string name : {"tiny_gpt2", "tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
+    DYNAMIC_SECTION(name) {
+      auto p = dispatch::load_pretrained_causal_lm(fixture(name), {.show_progress = false});
+      const auto prompt = reference(name)["prompt_ids"].get<std::vector<std::int64_t>>();
+      const std::vector<std::int64_t> shorter(prompt.begin() + 5, prompt.end());  // 7 tokens
+      const std::vector<std::int64_t> shortest(prompt.begin() + 10, prompt.end());  // 2 tokens
+      for (const bool cached : {true, false}) {
+        const models::GenerationConfig g{.max_new_tokens = 8, .ignore_eos = true, .use_cache = cached};
+        const auto batch = models::generate(*p.model, {prompt, shorter, shortest}, g);
+        CHECK(batch.new_tokens[0] == models::generate(*p.model, ids_tensor(prompt), g).new_tokens[0]);
+        CHECK(batch.new_tokens[1] == models::generate(*p.model, ids_tensor(shorter), g).new_tokens[0]);
+        CHECK(batch.new_tokens[2] == models::generate(*p.model, ids_tensor(shortest), g).new_tokens[0]);
+      }
+    }
+  }
+  auto p = dispatch::load_pretrained_causal_lm(fixture("tiny_llama"), {.show_progress = false});
+  CHECK_THROWS_AS(models::generate(*p.model, std::vector<std::vector<std::int64_t>>{{1, 2}, {}}), ValueError);
+  CHECK_THROWS_AS(p.model->logits(Tensor::zeros({1, 3}, DType::i64), nullptr, 0, Tensor::ones({1, 4}, DType::i64)),
+                  ShapeError);
+}

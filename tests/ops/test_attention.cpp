@@ -19,7 +19,7 @@ namespace {
 
 // Attention on double copies with GQA head mapping and the end-aligned causal mask.
 std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
-                             std::int64_t window = 0) {
+                             std::int64_t window = 0, const std::vector<std::uint8_t>* keep = nullptr) {
   const auto qv = values(q), kv = values(k), vv = values(v);
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
   const std::int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3);
@@ -34,7 +34,7 @@ std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, 
         const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, S - T + t - window + 1) : 0;
         for (std::int64_t j = 0; j < S; ++j) {
           if (causal && j > S - T + t) break;
-          if (j < first) {
+          if (j < first || (keep && !(*keep)[static_cast<std::size_t>(b * S + j)])) {
             s.push_back(-INFINITY);
             continue;
           }
@@ -150,4 +150,26 @@ TEST_CASE("sdpa sliding window: each query sees its newest keys, decode and pref
   require_close(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, 6),
                 values(ops::scaled_dot_product_attention(q, k, v, true)), 1e-7);
   CHECK_THROWS_AS(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, -1), accel::ValueError);
+}
+
+TEST_CASE("sdpa key_mask leaves padded keys out, on both paths", "[ops][attention]") {
+  // Row 0 keeps every key; row 1 masks its first 3 keys (left padding) and one in the middle.
+  for (std::int64_t T : {std::int64_t{1}, std::int64_t{40}}) {
+    const std::int64_t S = 44;
+    const Tensor q = random_tensor({2, 4, T, 16}, 30), k = random_tensor({2, 2, S, 16}, 31), v = random_tensor({2, 2, S, 8}, 32);
+    std::vector<std::uint8_t> keep(static_cast<std::size_t>(2 * S), 1);
+    for (std::int64_t s : {0, 1, 2, 20}) keep[static_cast<std::size_t>(S + s)] = 0;
+    const Tensor mask = Tensor::from_vector(keep, Shape{2, S}).to(DType::boolean);
+    const Tensor o = ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, 0, mask);
+    INFO("T " << T);
+    require_close(o, ref_sdpa(q, k, v, true, std::nullopt, 0, &keep), 1e-5, 1e-5);
+  }
+  const Tensor q = random_tensor({1, 2, 2, 8}, 33), k = random_tensor({1, 2, 3, 8}, 34), v = random_tensor({1, 2, 3, 8}, 35);
+  // A query with every visible key masked gets a zero row.
+  const Tensor none = Tensor::zeros({1, 3}, DType::boolean);
+  CHECK(values(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, 0, none)) == std::vector<double>(32, 0.0));
+  CHECK_THROWS_AS(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, 0, Tensor::ones({1, 4}, DType::boolean)),
+                  accel::ShapeError);
+  CHECK_THROWS_AS(ops::scaled_dot_product_attention(q, k, v, true, std::nullopt, 0, Tensor::ones({1, 3}, DType::f32)),
+                  accel::DTypeError);
 }

@@ -47,8 +47,11 @@ class CausalLM {
   virtual const ModelInfo& info() const = 0;
   /// Logits of `input_ids` [B, T] (int64 / int32) at positions cache->length() .. + T - 1 (0 ..
   /// T - 1 without a cache), in the model's dtype; the last `logits_to_keep` positions only when
-  /// it is > 0. The cache is appended to and advanced by T.
-  virtual Tensor logits(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0) = 0;
+  /// it is > 0. The cache is appended to and advanced by T. `attention_mask` (transformers'
+  /// padding mask, [B, past + T], 0 on padding) leaves padded keys out and numbers each row's
+  /// positions from its first real token, so left-padded prompts decode as they would alone.
+  virtual Tensor logits(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
+                        const Tensor& attention_mask = {}) = 0;
   /// The device of each decoder layer's attention (where its cache slot goes).
   virtual std::vector<Device> layer_devices() = 0;
   /// The dtype activations (and so the cache) are held in.
@@ -73,6 +76,29 @@ inline Tensor position_ids(std::int64_t past, std::int64_t t, Device device) {
   Tensor out = Tensor::from_vector(p, Shape{t});
   return device.is_cpu() ? out : out.to(device);
 }
+/// Positions of the last `t` of S tokens per row from a padding mask [B, S]: the count of real
+/// tokens before each one (transformers' cumsum - 1; padding gets 1, it is never attended to).
+inline Tensor position_ids_from_mask(const std::string& model, const Tensor& mask, std::int64_t past, std::int64_t t,
+                                     std::int64_t batch, Device device) {
+  if (mask.dim() != 2 || mask.size(0) != batch || mask.size(1) != past + t) {
+    throw ShapeError(model + ": attention_mask " + mask.shape().str() + " must be [batch, past + tokens] = [" +
+                     std::to_string(batch) + ", " + std::to_string(past + t) + "]");
+  }
+  const Tensor m = mask.to(Device::cpu(), DType::i64).contiguous();
+  const std::int64_t S = past + t;
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(batch * t));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::int64_t count = 0;
+    for (std::int64_t s = 0; s < S; ++s) {
+      const bool real = m.data_ptr<std::int64_t>()[b * S + s] != 0;
+      count += real ? 1 : 0;
+      if (s >= past) pos[static_cast<std::size_t>(b * t + s - past)] = real ? count - 1 : 1;
+    }
+  }
+  Tensor out = Tensor::from_vector(pos, Shape{batch, t});
+  return device.is_cpu() ? out : out.to(device);
+}
+
 /// Checks input ids [B, T] for a model's forward.
 inline void check_input_ids(const std::string& model, const Tensor& ids) {
   if (!ids.defined() || ids.dim() != 2 || (ids.dtype() != DType::i64 && ids.dtype() != DType::i32)) {

@@ -3,6 +3,7 @@
 //   GenerationConfig cfg{.max_new_tokens = 32};                          greedy (transformers' default)
 //   GenerationConfig cfg{.do_sample = true, .temperature = 0.8, .top_k = 40, .top_p = 0.95, .seed = 7};
 //   GenerationOutput out = generate(lm, ids /* int64 [B, T] */, cfg);    out.new_tokens[b]: the new ids
+//   generate(lm, {{1, 2, 3}, {4, 5}}, cfg)                               prompts of any lengths, left-padded
 //
 // The prompt is one forward (prefill); then one token per step. Sampling applies transformers'
 // logits processors in their order (temperature, top-k, top-p) in f32, then draws from the
@@ -10,7 +11,9 @@
 // engine for the whole call, rows in order: the same seed gives the same tokens. A row stops
 // after emitting an eos id (kept in its output, as transformers keeps it); the call stops when
 // every row has. `use_cache = false` recomputes the whole sequence every step (the reference
-// incremental decoding is tested against).
+// incremental decoding is tested against). Prompts of different lengths are left-padded with
+// `pad_token_id` and an attention mask (transformers' convention: 0 on padding), so each row
+// decodes as it would alone.
 #pragma once
 
 #include <algorithm>
@@ -48,6 +51,8 @@ struct GenerationConfig {
   bool ignore_eos = false;
   /// Decode with a KV cache (false: recompute the whole sequence every step).
   bool use_cache = true;
+  /// The id left padding uses; nullopt: the first eos id, else 0. It is never attended to.
+  std::optional<std::int64_t> pad_token_id{};
 };
 
 /// What generate produced and how long it took.
@@ -123,8 +128,10 @@ inline void check_generation_config(const GenerationConfig& c) {
 
 }  // namespace detail
 
-/// Generates up to `config.max_new_tokens` ids after `input_ids` (int64 / int32 [B, T]).
-inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const GenerationConfig& config = {}) {
+/// Generates up to `config.max_new_tokens` ids after `input_ids` (int64 / int32 [B, T]);
+/// `attention_mask` [B, T] (0 on left padding) when the rows are padded.
+inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const GenerationConfig& config = {},
+                                 const Tensor& attention_mask = {}) {
   using clock = std::chrono::steady_clock;
   detail::check_generation_config(config);
   detail::check_input_ids("generate", input_ids);
@@ -150,6 +157,18 @@ inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const Ge
   if (config.use_cache) cache.emplace(lm.make_cache(B, std::max<std::int64_t>(T + config.max_new_tokens - 1, T)));
   std::vector<bool> done(static_cast<std::size_t>(B), false);
   Tensor step = input_ids;
+  // The padding mask grows by one real token per step; without padding there is none at all.
+  std::vector<std::int64_t> mask;
+  if (attention_mask.defined()) {
+    if (attention_mask.dim() != 2 || attention_mask.size(0) != B || attention_mask.size(1) != T) {
+      throw ShapeError("generate: attention_mask " + attention_mask.shape().str() + " must match input_ids " +
+                       input_ids.shape().str());
+    }
+    mask = attention_mask.to(Device::cpu(), DType::i64).contiguous().to_vector<std::int64_t>();
+  }
+  auto mask_tensor = [&](std::int64_t len) {
+    return Tensor::from_vector(mask, Shape{B, len}).to(input_ids.device());
+  };
   const auto t0 = clock::now();
   for (std::int64_t i = 0; i < config.max_new_tokens; ++i) {
     if (!config.use_cache && i > 0) {
@@ -157,7 +176,10 @@ inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const Ge
       for (const auto& s : seqs) flat.insert(flat.end(), s.begin(), s.end());
       step = Tensor::from_vector(flat, Shape{B, static_cast<std::int64_t>(seqs[0].size())});
     }
-    const Tensor logits = lm.logits(step, cache ? &*cache : nullptr, 1).to(Device::cpu(), DType::f32).contiguous();
+    const auto len = static_cast<std::int64_t>(seqs[0].size());
+    const Tensor logits = lm.logits(step, cache ? &*cache : nullptr, 1, mask.empty() ? Tensor{} : mask_tensor(len))
+                              .to(Device::cpu(), DType::f32)
+                              .contiguous();
     const std::int64_t V = logits.size(2);
     std::vector<std::int64_t> next(static_cast<std::size_t>(B));
     for (std::int64_t b = 0; b < B; ++b) {
@@ -174,6 +196,16 @@ inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const Ge
       if (!config.ignore_eos && std::find(eos.begin(), eos.end(), next[bi]) != eos.end()) done[bi] = true;
     }
     for (std::int64_t b = 0; b < B; ++b) seqs[static_cast<std::size_t>(b)].push_back(next[static_cast<std::size_t>(b)]);
+    if (!mask.empty()) {
+      // Row b's mask gains a 1 at its end: rebuild the [B, len + 1] layout.
+      std::vector<std::int64_t> grown;
+      grown.reserve(mask.size() + static_cast<std::size_t>(B));
+      for (std::int64_t b = 0; b < B; ++b) {
+        grown.insert(grown.end(), mask.begin() + b * len, mask.begin() + (b + 1) * len);
+        grown.push_back(1);
+      }
+      mask = std::move(grown);
+    }
     const auto now = clock::now();
     if (i == 0) {
       out.prefill_seconds = std::chrono::duration<double>(now - t0).count();
@@ -185,6 +217,33 @@ inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const Ge
   }
   out.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count() - out.prefill_seconds;
   return out;
+}
+
+/// Generates after prompts of any lengths: they are left-padded to the longest with the pad id and
+/// decoded under an attention mask, each row as it would be alone.
+inline GenerationOutput generate(CausalLM& lm, const std::vector<std::vector<std::int64_t>>& prompts,
+                                 const GenerationConfig& config = {}) {
+  if (prompts.empty()) throw ValueError("generate: no prompt given");
+  std::size_t longest = 0;
+  for (const auto& p : prompts) {
+    if (p.empty()) throw ValueError("generate: an empty prompt (every row needs at least one token)");
+    longest = std::max(longest, p.size());
+  }
+  const std::vector<std::int64_t>& eos = config.eos_token_ids.empty() ? lm.info().eos_token_ids : config.eos_token_ids;
+  const std::int64_t pad = config.pad_token_id.value_or(eos.empty() ? 0 : eos.front());
+  const auto B = static_cast<std::int64_t>(prompts.size()), T = static_cast<std::int64_t>(longest);
+  std::vector<std::int64_t> ids, mask;
+  bool padded = false;
+  for (const auto& p : prompts) {
+    const std::size_t fill = longest - p.size();
+    padded = padded || fill > 0;
+    ids.insert(ids.end(), fill, pad);
+    ids.insert(ids.end(), p.begin(), p.end());
+    mask.insert(mask.end(), fill, 0);
+    mask.insert(mask.end(), p.size(), 1);
+  }
+  const Tensor id_tensor = Tensor::from_vector(ids, Shape{B, T});
+  return padded ? generate(lm, id_tensor, config, Tensor::from_vector(mask, Shape{B, T})) : generate(lm, id_tensor, config);
 }
 
 }  // namespace accel::models

@@ -64,8 +64,9 @@ class GPT2Attention : public nn::BasicModule<GPT2Attention<P>, P> {
     if (c.scale_attn_by_inverse_layer_idx) scale_ /= static_cast<double>(layer_idx + 1);
   }
 
-  /// x [B, T, C] -> [B, T, C]; keys and values go through `cache` at position `past` when given.
-  Tensor forward(const Tensor& x, LayerKVCache* cache, std::int64_t past) {
+  /// x [B, T, C] -> [B, T, C]; keys and values go through `cache` at position `past` when given;
+  /// `key_mask` [B, past + T] (or undefined) leaves padding out.
+  Tensor forward(const Tensor& x, const Tensor& key_mask, LayerKVCache* cache, std::int64_t past) {
     const std::int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
     const Tensor qkv = (*c_attn_)(x);
     // [B, T, 3C] viewed as [B, T, 3, H, D]: q, k and v are strided views, no copy.
@@ -73,7 +74,7 @@ class GPT2Attention : public nn::BasicModule<GPT2Attention<P>, P> {
     auto heads = [&](std::int64_t i) { return split.select(2, i).transpose(1, 2); };
     Tensor q = heads(0), k = heads(1), v = heads(2);
     if (cache) std::tie(k, v) = cache->append(k, v, past);
-    const Tensor ctx = ops::scaled_dot_product_attention(q, k, v, true, scale_);
+    const Tensor ctx = ops::scaled_dot_product_attention(q, k, v, true, scale_, 0, key_mask);
     return (*c_proj_)(ctx.transpose(1, 2).reshape({B, T, C}));
   }
 
@@ -116,8 +117,8 @@ class GPT2Block : public nn::BasicModule<GPT2Block<P>, P> {
     mlp_ = this->register_module("mlp", std::make_shared<GPT2MLP<P>>(c, dtype));
   }
   /// hidden [B, T, C] -> [B, T, C].
-  Tensor forward(const Tensor& hidden, LayerKVCache* cache, std::int64_t past) {
-    Tensor h = ops::add(hidden, (*attn_)((*ln_1_)(hidden), cache, past));
+  Tensor forward(const Tensor& hidden, const Tensor& key_mask, LayerKVCache* cache, std::int64_t past) {
+    Tensor h = ops::add(hidden, (*attn_)((*ln_1_)(hidden), key_mask, cache, past));
     return ops::add(h, (*mlp_)((*ln_2_)(h)));
   }
   GPT2Attention<P>& attn() { return *attn_; }
@@ -143,8 +144,9 @@ class GPT2Model : public nn::BasicModule<GPT2Model<P>, P> {
     ln_f_ = this->register_module("ln_f", std::make_shared<nn::BasicLayerNorm<P>>(c.n_embd, c.layer_norm_epsilon, true, dtype));
     this->set_no_split_modules({"GPT2Block"});
   }
-  /// input_ids [B, T] -> hidden states [B, T, C]; positions continue `cache` when given.
-  Tensor forward(const Tensor& input_ids, KVCache* cache) {
+  /// input_ids [B, T] -> hidden states [B, T, C]; positions continue `cache` when given;
+  /// `attention_mask` [B, past + T] marks padding with 0 (CausalLM::logits).
+  Tensor forward(const Tensor& input_ids, KVCache* cache, const Tensor& attention_mask = {}) {
     detail::check_input_ids("GPT2Model", input_ids);
     const std::int64_t past = cache ? cache->length() : 0, T = input_ids.size(1);
     if (past + T > config_.n_positions) {
@@ -155,9 +157,14 @@ class GPT2Model : public nn::BasicModule<GPT2Model<P>, P> {
       throw ValueError("GPT2Model: the cache has " + std::to_string(cache->num_layers()) + " layers, the model " +
                        std::to_string(blocks_.size()));
     }
-    const Tensor positions = detail::position_ids(past, T, wpe_->weight().device());
+    const Device dev = wpe_->weight().device();
+    const Tensor positions = attention_mask.defined()
+                                 ? detail::position_ids_from_mask("GPT2Model", attention_mask, past, T, input_ids.size(0), dev)
+                                 : detail::position_ids(past, T, dev);
     Tensor h = ops::add((*wte_)(input_ids), (*wpe_)(positions));
-    for (std::size_t i = 0; i < blocks_.size(); ++i) h = (*blocks_[i])(h, cache ? &cache->layer(i) : nullptr, past);
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      h = (*blocks_[i])(h, attention_mask, cache ? &cache->layer(i) : nullptr, past);
+    }
     if (cache) cache->advance(T);
     return (*ln_f_)(h);
   }
@@ -186,8 +193,9 @@ class GPT2LMHeadModel : public nn::BasicModule<GPT2LMHeadModel<P>, P>, public Ca
              c.bos_token_id};
   }
   /// input_ids [B, T] -> logits [B, T, vocab] (the last `logits_to_keep` positions when > 0).
-  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0) {
-    Tensor h = (*transformer_)(input_ids, cache);
+  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
+                 const Tensor& attention_mask = {}) {
+    Tensor h = (*transformer_)(input_ids, cache, attention_mask);
     const std::int64_t T = h.size(1);
     if (logits_to_keep > 0 && logits_to_keep < T) h = h.narrow(1, T - logits_to_keep, logits_to_keep);
     return (*lm_head_)(h);
@@ -196,8 +204,9 @@ class GPT2LMHeadModel : public nn::BasicModule<GPT2LMHeadModel<P>, P>, public Ca
 
   nn::Module& module() override { return *this; }
   const ModelInfo& info() const override { return info_; }
-  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep) override {
-    return (*this)(input_ids, cache, logits_to_keep);
+  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep,
+                const Tensor& attention_mask) override {
+    return (*this)(input_ids, cache, logits_to_keep, attention_mask);
   }
   std::vector<Device> layer_devices() override {
     std::vector<Device> out;

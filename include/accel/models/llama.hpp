@@ -101,8 +101,8 @@ class LlamaAttention : public nn::BasicModule<LlamaAttention<P>, P> {
   }
 
   /// x [B, T, hidden] at `positions` [T] -> [B, T, hidden]; keys and values go through `cache`.
-  Tensor forward(const Tensor& x, const Tensor& positions, const RopeFrequencies* rope, LayerKVCache* cache,
-                 std::int64_t past) {
+  Tensor forward(const Tensor& x, const Tensor& positions, const Tensor& key_mask, const RopeFrequencies* rope,
+                 LayerKVCache* cache, std::int64_t past) {
     const std::int64_t B = x.size(0), T = x.size(1);
     auto heads = [&](const Tensor& y, std::int64_t h) { return y.view({B, T, h, head_dim_}).transpose(1, 2); };
     Tensor q = heads((*q_proj_)(x), heads_), k = heads((*k_proj_)(x), kv_heads_), v = heads((*v_proj_)(x), kv_heads_);
@@ -110,7 +110,7 @@ class LlamaAttention : public nn::BasicModule<LlamaAttention<P>, P> {
     k = ops::rotary_embedding(k, positions, rope->inv_freq, rope->attention_scaling);
     if (cache) std::tie(k, v) = cache->append(k, v, past);
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-    const Tensor ctx = ops::scaled_dot_product_attention(q, k, v, true, scale, window_);
+    const Tensor ctx = ops::scaled_dot_product_attention(q, k, v, true, scale, window_, key_mask);
     return (*o_proj_)(ctx.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
   }
   nn::BasicLinear<P>& q_proj() { return *q_proj_; }
@@ -153,10 +153,10 @@ class LlamaDecoderLayer : public nn::BasicModule<LlamaDecoderLayer<P>, P> {
     input_layernorm_ = this->register_module("input_layernorm", norm(c, prefix, dtype));
     post_attention_layernorm_ = this->register_module("post_attention_layernorm", norm(c, prefix, dtype));
   }
-  /// hidden [B, T, hidden] -> [B, T, hidden].
-  Tensor forward(const Tensor& hidden, const Tensor& positions, const RopeFrequencies* rope, LayerKVCache* cache,
-                 std::int64_t past) {
-    Tensor h = ops::add(hidden, (*self_attn_)((*input_layernorm_)(hidden), positions, rope, cache, past));
+  /// hidden [B, T, hidden] -> [B, T, hidden]; `key_mask` [B, past + T] (or undefined) leaves padding out.
+  Tensor forward(const Tensor& hidden, const Tensor& positions, const Tensor& key_mask, const RopeFrequencies* rope,
+                 LayerKVCache* cache, std::int64_t past) {
+    Tensor h = ops::add(hidden, (*self_attn_)((*input_layernorm_)(hidden), positions, key_mask, rope, cache, past));
     return ops::add(h, (*mlp_)((*post_attention_layernorm_)(h)));
   }
   LlamaAttention<P>& self_attn() { return *self_attn_; }
@@ -196,8 +196,9 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
     rotary_ = rot;
     this->set_no_split_modules({prefix + "DecoderLayer"});
   }
-  /// input_ids [B, T] -> hidden states [B, T, hidden]; positions continue `cache` when given.
-  Tensor forward(const Tensor& input_ids, KVCache* cache) {
+  /// input_ids [B, T] -> hidden states [B, T, hidden]; positions continue `cache` when given;
+  /// `attention_mask` [B, past + T] marks padding with 0 (CausalLM::logits).
+  Tensor forward(const Tensor& input_ids, KVCache* cache, const Tensor& attention_mask = {}) {
     detail::check_input_ids(this->class_name(), input_ids);
     const std::int64_t past = cache ? cache->length() : 0, T = input_ids.size(1);
     if (cache && cache->num_layers() != layers_.size()) {
@@ -205,10 +206,13 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
                        " layers, the model " + std::to_string(layers_.size()));
     }
     Tensor h = (*embed_tokens_)(input_ids);
-    const Tensor positions = detail::position_ids(past, T, h.device());
+    const Tensor positions =
+        attention_mask.defined()
+            ? detail::position_ids_from_mask(this->class_name(), attention_mask, past, T, input_ids.size(0), h.device())
+            : detail::position_ids(past, T, h.device());
     const RopeFrequencies& rope = rotary_->frequencies(past + T - 1);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      h = (*layers_[i])(h, positions, &rope, cache ? &cache->layer(i) : nullptr, past);
+      h = (*layers_[i])(h, positions, attention_mask, &rope, cache ? &cache->layer(i) : nullptr, past);
     }
     if (cache) cache->advance(T);
     return (*norm_)(h);
@@ -240,8 +244,9 @@ class LlamaForCausalLM : public nn::BasicModule<LlamaForCausalLM<P>, P>, public 
              c.resolved_head_dim(), false, c.eos_token_ids, c.bos_token_id};
   }
   /// input_ids [B, T] -> logits [B, T, vocab] (the last `logits_to_keep` positions when > 0).
-  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0) {
-    Tensor h = (*model_)(input_ids, cache);
+  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
+                 const Tensor& attention_mask = {}) {
+    Tensor h = (*model_)(input_ids, cache, attention_mask);
     const std::int64_t T = h.size(1);
     if (logits_to_keep > 0 && logits_to_keep < T) h = h.narrow(1, T - logits_to_keep, logits_to_keep);
     return (*lm_head_)(h);
@@ -250,8 +255,9 @@ class LlamaForCausalLM : public nn::BasicModule<LlamaForCausalLM<P>, P>, public 
 
   nn::Module& module() override { return *this; }
   const ModelInfo& info() const override { return info_; }
-  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep) override {
-    return (*this)(input_ids, cache, logits_to_keep);
+  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep,
+                const Tensor& attention_mask) override {
+    return (*this)(input_ids, cache, logits_to_keep, attention_mask);
   }
   std::vector<Device> layer_devices() override {
     std::vector<Device> out;

@@ -39,7 +39,27 @@ struct SdpaArgs {
   float scale;
   bool causal;
   std::int64_t window;  // > 0: a query sees only the `window` newest keys it may see (itself included)
+  const std::uint8_t* keep;  // null, or [B, S]: 0 masks key s of batch b out (padding)
 };
+
+/// Softmax over row[lo, vis) with the keys whose `keep` byte is 0 left out; a row that keeps no
+/// key becomes zeros (no key to attend to) rather than NaN. Entries outside [lo, vis) are zeroed.
+inline void masked_softmax_row(float* row, std::int64_t lo, std::int64_t vis, std::int64_t width,
+                               const std::uint8_t* keep) {
+  bool any = false;
+  if (keep) {
+    for (std::int64_t s = lo; s < vis; ++s) {
+      if (keep[s]) any = true;
+      else row[s] = -INFINITY;
+    }
+  } else {
+    any = vis > lo;
+  }
+  if (any) backend::cpu::softmax_row(row + lo, row + lo, static_cast<std::size_t>(vis - lo));
+  else std::fill(row + lo, row + std::max(lo, vis), 0.0f);
+  std::fill(row, row + lo, 0.0f);
+  std::fill(row + std::max(lo, vis), row + width, 0.0f);
+}
 
 /// Prefill attention: per (batch, kv head, query block), one batched GEMM over the group's query
 /// heads for the scores, a masked softmax per row, and one GEMM against V. Work items run on
@@ -75,9 +95,7 @@ inline void sdpa_blocked_gemm(const SdpaArgs& a) {
           const std::int64_t lo = a.window > 0 ? std::max<std::int64_t>(0, vis - a.window) : 0;
           float* row = scores + r * s_hi;
           backend::cpu::scale_row(row + lo, a.scale, static_cast<std::size_t>(vis - lo));
-          if (vis > lo) backend::cpu::softmax_row(row + lo, row + lo, static_cast<std::size_t>(vis - lo));
-          std::fill(row, row + lo, 0.0f);
-          std::fill(row + vis, row + s_hi, 0.0f);
+          masked_softmax_row(row, lo, vis, s_hi, a.keep ? a.keep + b * a.S : nullptr);
         }
         backend::cpu::MatmulProblem pv;
         pv.batch = group, pv.m = tq, pv.k = s_hi, pv.n = a.Dv;
@@ -99,7 +117,7 @@ inline void sdpa_blocked_gemm(const SdpaArgs& a) {
 
 namespace detail {
 inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                        std::optional<double> scale, std::int64_t window) {
+                        std::optional<double> scale, std::int64_t window, const Tensor& key_mask) {
   constexpr const char* op = "scaled_dot_product_attention";
   detail::check_float(op, "query", q);
   detail::check_float(op, "key", k);
@@ -124,7 +142,23 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   const Device dev = detail::placement_of(op, {&q, &k, &v});
   if (dev.is_meta()) return Tensor::empty(out_shape, q.dtype(), dev);
   if (window < 0) throw ValueError(std::string(op) + ": sliding_window must be >= 0, got " + std::to_string(window));
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale, window);
+  if (key_mask.defined()) {
+    if (key_mask.dim() != 2 || key_mask.size(0) != B || key_mask.size(1) != S) {
+      throw ShapeError(std::string(op) + ": key_mask " + key_mask.shape().str() + " must be [B, S] = [" +
+                       std::to_string(B) + ", " + std::to_string(S) + "] for " + shapes());
+    }
+    if (is_floating_point(key_mask.dtype())) {
+      throw DTypeError(std::string(op) + ": key_mask must be bool or an integer tensor (nonzero: attend), got " +
+                       detail::describe(key_mask));
+    }
+    if (key_mask.device() != dev && !dev.is_meta()) {
+      throw DeviceError(std::string(op) + ": key_mask is on " + key_mask.device().str() + ", the inputs on " + dev.str());
+    }
+  }
+  if (dev.is_cuda()) {
+    if (key_mask.defined()) throw DeviceError(std::string(op) + ": a key_mask has no CUDA kernel yet");
+    return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale, window);
+  }
   Tensor out = Tensor::empty(out_shape, q.dtype());
   if (out.numel() == 0) return out;
   const Tensor qf = detail::contiguous_f32(q), kf = detail::contiguous_f32(k), vf = detail::contiguous_f32(v);
@@ -134,10 +168,12 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   const auto sc = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
   const std::int64_t group = Hq / Hkv;
   const DType dt = q.dtype();
+  const Tensor keep_u8 = key_mask.defined() ? key_mask.to(DType::u8).contiguous() : Tensor{};
+  const std::uint8_t* keep = keep_u8.defined() ? keep_u8.data_ptr<std::uint8_t>() : nullptr;
   auto* dst = static_cast<std::byte*>(out.data_ptr());
   const std::size_t isz = out.element_size();
   if (T >= detail::sdpa_gemm_min_queries) {
-    detail::sdpa_blocked_gemm({qp, kp, vp, dst, dt, B, Hq, Hkv, T, S, D, Dv, sc, is_causal, window});
+    detail::sdpa_blocked_gemm({qp, kp, vp, dst, dt, B, Hq, Hkv, T, S, D, Dv, sc, is_causal, window, keep});
     return out;
   }
   const auto rows = static_cast<std::size_t>(B * Hq * T);
@@ -154,13 +190,18 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
       const float* vbase = vp + kvh * S * Dv;
       const std::int64_t visible = is_causal ? std::clamp<std::int64_t>(S - T + t + 1, 0, S) : S;
       const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, visible - window) : 0;
+      const std::uint8_t* row_keep = keep ? keep + b * S + lo : nullptr;
       std::fill(acc, acc + Dv, 0.0f);
-      if (visible > lo) {
+      bool any = visible > lo;
+      if (row_keep) any = std::any_of(row_keep, row_keep + std::max<std::int64_t>(visible - lo, 0), [](std::uint8_t x) { return x != 0; });
+      if (any) {
         const auto nv = static_cast<std::size_t>(visible - lo);
         const float* kseen = kbase + lo * D;
         const float* vseen = vbase + lo * Dv;
         for (std::size_t s = 0; s < nv; ++s) {
-          scores[s] = backend::cpu::dot(qrow, kseen + static_cast<std::int64_t>(s) * D, static_cast<std::size_t>(D)) * sc;
+          scores[s] = row_keep && !row_keep[s]
+                          ? -INFINITY
+                          : backend::cpu::dot(qrow, kseen + static_cast<std::int64_t>(s) * D, static_cast<std::size_t>(D)) * sc;
         }
         backend::cpu::softmax_row(scores, scores, nv);
         for (std::size_t s = 0; s < nv; ++s) {
@@ -178,15 +219,17 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 /// comment for grouped heads and the end-aligned causal mask. Default scale: 1 / sqrt(D). Inside
 /// an autocast scope, f32 / f16 / bf16 operands are first cast to the scope's dtype.
 /// `sliding_window` > 0 (Mistral's): a query sees only the `sliding_window` newest of the keys
-/// the causal mask lets it see, itself included.
+/// the causal mask lets it see, itself included. `key_mask` (bool or integer [B, S], CPU only)
+/// leaves out the keys whose entry is 0, as a padding attention mask does; a query left with no
+/// key gets a zero row.
 inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                            bool is_causal = true, std::optional<double> scale = std::nullopt,
-                                           std::int64_t sliding_window = 0) {
+                                           std::int64_t sliding_window = 0, const Tensor& key_mask = {}) {
   if (core::is_autocast_enabled()) {
     return detail::sdpa_impl(detail::autocast_operand(q), detail::autocast_operand(k),
-                             detail::autocast_operand(v), is_causal, scale, sliding_window);
+                             detail::autocast_operand(v), is_causal, scale, sliding_window, key_mask);
   }
-  return detail::sdpa_impl(q, k, v, is_causal, scale, sliding_window);
+  return detail::sdpa_impl(q, k, v, is_causal, scale, sliding_window, key_mask);
 }
 
 }  // namespace accel::ops
