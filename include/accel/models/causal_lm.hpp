@@ -21,6 +21,8 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/models/kv_cache.hpp"
+#include "accel/nn/basic_module.hpp"
+#include "accel/nn/layers.hpp"
 #include "accel/nn/module.hpp"
 
 namespace accel::models {
@@ -108,5 +110,50 @@ inline void check_input_ids(const std::string& model, const Tensor& ids) {
   if (ids.size(1) == 0) throw ValueError(model + ": input_ids holds no token");
 }
 }  // namespace detail
+
+/// A *ForCausalLM: a base model (`Base`: GPT2Model, LlamaModel) under `base_name` and an
+/// lm_head, optionally tied to the base's token embedding; the one implementation of the head,
+/// the logits_to_keep cut and the CausalLM interface for every family. Derived gives the layer
+/// devices (where its attention weights live).
+template <class Derived, class Base, PolicyBundle P>
+class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
+  using Module = nn::BasicModule<Derived, P>;
+
+ public:
+  /// `tied_embedding` names the base's embedding weight the head shares when `tie` is set.
+  BasicCausalLM(const std::string& class_name, const std::string& base_name, std::shared_ptr<Base> base,
+                std::int64_t hidden, std::int64_t vocab, bool tie, const std::string& tied_embedding, DType dtype,
+                ModelInfo info)
+      : Module(class_name), info_(std::move(info)) {
+    base_ = this->register_module(base_name, std::move(base));
+    lm_head_ = this->register_module("lm_head", std::make_shared<nn::BasicLinear<P>>(hidden, vocab, false, dtype));
+    if (tie) lm_head_->register_parameter("weight", base_->parameter_cell(tied_embedding));
+    this->set_no_split_modules(base_->no_split_modules());
+  }
+  /// input_ids [B, T] -> logits [B, T, vocab] (the last `logits_to_keep` positions when > 0);
+  /// `attention_mask` as CausalLM::logits takes it.
+  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
+                 const Tensor& attention_mask = {}) {
+    Tensor h = (*base_)(input_ids, cache, attention_mask);
+    const std::int64_t T = h.size(1);
+    if (logits_to_keep > 0 && logits_to_keep < T) h = h.narrow(1, T - logits_to_keep, logits_to_keep);
+    return (*lm_head_)(h);
+  }
+  /// The base model.
+  Base& base_model() { return *base_; }
+
+  nn::Module& module() override { return *this; }
+  const ModelInfo& info() const override { return info_; }
+  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep,
+                const Tensor& attention_mask) override {
+    return (*this)(input_ids, cache, logits_to_keep, attention_mask);
+  }
+  DType activation_dtype() override { return lm_head_->weight().dtype(); }
+
+ private:
+  std::shared_ptr<Base> base_;
+  std::shared_ptr<nn::BasicLinear<P>> lm_head_;
+  ModelInfo info_;
+};
 
 }  // namespace accel::models

@@ -180,45 +180,21 @@ class GPT2Model : public nn::BasicModule<GPT2Model<P>, P> {
 
 /// GPT2LMHeadModel: transformer (GPT2Model) and lm_head; returns logits [B, T, vocab].
 template <PolicyBundle P = default_policies>
-class GPT2LMHeadModel : public nn::BasicModule<GPT2LMHeadModel<P>, P>, public CausalLM {
-  using Base = nn::BasicModule<GPT2LMHeadModel<P>, P>;
+class GPT2LMHeadModel : public BasicCausalLM<GPT2LMHeadModel<P>, GPT2Model<P>, P> {
+  using Base = BasicCausalLM<GPT2LMHeadModel<P>, GPT2Model<P>, P>;
 
  public:
-  explicit GPT2LMHeadModel(const GPT2Config& c, DType dtype = Base::storage_dtype) : Base("GPT2LMHeadModel") {
-    transformer_ = this->register_module("transformer", std::make_shared<GPT2Model<P>>(c, dtype));
-    lm_head_ = this->register_module("lm_head", std::make_shared<nn::BasicLinear<P>>(c.n_embd, c.vocab_size, false, dtype));
-    if (c.tie_word_embeddings) lm_head_->register_parameter("weight", transformer_->parameter_cell("wte.weight"));
-    this->set_no_split_modules({"GPT2Block"});
-    info_ = {"gpt2", c.vocab_size, c.n_positions, c.n_layer, c.n_head, c.n_embd / c.n_head, true, c.eos_token_ids,
-             c.bos_token_id};
-  }
-  /// input_ids [B, T] -> logits [B, T, vocab] (the last `logits_to_keep` positions when > 0).
-  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
-                 const Tensor& attention_mask = {}) {
-    Tensor h = (*transformer_)(input_ids, cache, attention_mask);
-    const std::int64_t T = h.size(1);
-    if (logits_to_keep > 0 && logits_to_keep < T) h = h.narrow(1, T - logits_to_keep, logits_to_keep);
-    return (*lm_head_)(h);
-  }
-  GPT2Model<P>& transformer() { return *transformer_; }
-
-  nn::Module& module() override { return *this; }
-  const ModelInfo& info() const override { return info_; }
-  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep,
-                const Tensor& attention_mask) override {
-    return (*this)(input_ids, cache, logits_to_keep, attention_mask);
-  }
+  explicit GPT2LMHeadModel(const GPT2Config& c, DType dtype = nn::BasicModule<GPT2LMHeadModel<P>, P>::storage_dtype)
+      : Base("GPT2LMHeadModel", "transformer", std::make_shared<GPT2Model<P>>(c, dtype), c.n_embd, c.vocab_size,
+             c.tie_word_embeddings, "wte.weight", dtype,
+             {"gpt2", c.vocab_size, c.n_positions, c.n_layer, c.n_head, c.n_embd / c.n_head, true, c.eos_token_ids,
+              c.bos_token_id}) {}
+  GPT2Model<P>& transformer() { return this->base_model(); }
   std::vector<Device> layer_devices() override {
     std::vector<Device> out;
-    for (const auto& b : transformer_->blocks()) out.push_back(b->attn().find_parameter("c_attn.weight")->device());
+    for (const auto& b : transformer().blocks()) out.push_back(b->attn().find_parameter("c_attn.weight")->device());
     return out;
   }
-  DType activation_dtype() override { return transformer_->find_parameter("wte.weight")->dtype(); }
-
- private:
-  std::shared_ptr<GPT2Model<P>> transformer_;
-  std::shared_ptr<nn::BasicLinear<P>> lm_head_;
-  ModelInfo info_;
 };
 
 }  // namespace accel::models

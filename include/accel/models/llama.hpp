@@ -230,46 +230,21 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
 
 /// LlamaForCausalLM: model (LlamaModel) and lm_head; returns logits [B, T, vocab].
 template <PolicyBundle P = default_policies>
-class LlamaForCausalLM : public nn::BasicModule<LlamaForCausalLM<P>, P>, public CausalLM {
-  using Base = nn::BasicModule<LlamaForCausalLM<P>, P>;
+class LlamaForCausalLM : public BasicCausalLM<LlamaForCausalLM<P>, LlamaModel<P>, P> {
+  using Base = BasicCausalLM<LlamaForCausalLM<P>, LlamaModel<P>, P>;
 
  public:
-  explicit LlamaForCausalLM(const LlamaConfig& c, DType dtype = Base::storage_dtype)
-      : Base(detail::llama_family_prefix(c.model_type) + "ForCausalLM") {
-    model_ = this->register_module("model", std::make_shared<LlamaModel<P>>(c, dtype));
-    lm_head_ = this->register_module("lm_head", std::make_shared<nn::BasicLinear<P>>(c.hidden_size, c.vocab_size, false, dtype));
-    if (c.tie_word_embeddings) lm_head_->register_parameter("weight", model_->parameter_cell("embed_tokens.weight"));
-    this->set_no_split_modules({detail::llama_family_prefix(c.model_type) + "DecoderLayer"});
-    info_ = {c.model_type, c.vocab_size, c.max_position_embeddings, c.num_hidden_layers, c.num_key_value_heads,
-             c.resolved_head_dim(), false, c.eos_token_ids, c.bos_token_id};
-  }
-  /// input_ids [B, T] -> logits [B, T, vocab] (the last `logits_to_keep` positions when > 0).
-  Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
-                 const Tensor& attention_mask = {}) {
-    Tensor h = (*model_)(input_ids, cache, attention_mask);
-    const std::int64_t T = h.size(1);
-    if (logits_to_keep > 0 && logits_to_keep < T) h = h.narrow(1, T - logits_to_keep, logits_to_keep);
-    return (*lm_head_)(h);
-  }
-  LlamaModel<P>& model() { return *model_; }
-
-  nn::Module& module() override { return *this; }
-  const ModelInfo& info() const override { return info_; }
-  Tensor logits(const Tensor& input_ids, KVCache* cache, std::int64_t logits_to_keep,
-                const Tensor& attention_mask) override {
-    return (*this)(input_ids, cache, logits_to_keep, attention_mask);
-  }
+  explicit LlamaForCausalLM(const LlamaConfig& c, DType dtype = nn::BasicModule<LlamaForCausalLM<P>, P>::storage_dtype)
+      : Base(detail::llama_family_prefix(c.model_type) + "ForCausalLM", "model", std::make_shared<LlamaModel<P>>(c, dtype),
+             c.hidden_size, c.vocab_size, c.tie_word_embeddings, "embed_tokens.weight", dtype,
+             {c.model_type, c.vocab_size, c.max_position_embeddings, c.num_hidden_layers, c.num_key_value_heads,
+              c.resolved_head_dim(), false, c.eos_token_ids, c.bos_token_id}) {}
+  LlamaModel<P>& model() { return this->base_model(); }
   std::vector<Device> layer_devices() override {
     std::vector<Device> out;
-    for (const auto& l : model_->layers()) out.push_back(l->self_attn().q_proj().weight().device());
+    for (const auto& l : model().layers()) out.push_back(l->self_attn().q_proj().weight().device());
     return out;
   }
-  DType activation_dtype() override { return model_->find_parameter("embed_tokens.weight")->dtype(); }
-
- private:
-  std::shared_ptr<LlamaModel<P>> model_;
-  std::shared_ptr<nn::BasicLinear<P>> lm_head_;
-  ModelInfo info_;
 };
 
 }  // namespace accel::models
