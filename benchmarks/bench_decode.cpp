@@ -3,10 +3,13 @@
 //
 //   bench_decode [--dtype bfloat16|float16|float32] [--layers 8] [--embd 2048] [--ff 5632]
 //                [--heads 32] [--kv-heads 4] [--vocab 32000] [--prompt 64] [--decode 32] [--reps 5]
+//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]]
 //
 // The default shape is the one of llama.cpp's CPU anchor (../shared/anchors: 483M parameters,
-// untied head), so the rows compare with its llama-bench pp64 / tg32 figures, which are printed as
-// "not measured here" unless given with --llamacpp-tg / --llamacpp-pp (measure them side by side).
+// untied head; make_bench_model.py writes it as GGUF). With --llama-bench, llama.cpp's llama-bench
+// runs on each --gguf model (pp64 and tg32 at 2 threads, one repetition) between accel's
+// repetitions, so both are measured in the same run under the same conditions; without it the
+// llama.cpp rows say "not measured here".
 // Decoding reads every weight but the embedding once per token: the achieved weight-read rate is
 // those bytes x tokens/s, printed next to a 2-thread read of a 1 GiB buffer (the bound) and a
 // 2-thread memcpy of it, both measured between the repetitions. Medians of the repetitions.
@@ -19,7 +22,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "accel/core/parallel.hpp"
 #include "accel/models/generate.hpp"
@@ -52,29 +58,29 @@ void fill_random(accel::Tensor& t, std::uint64_t seed) {
   t.copy_(f);
 }
 
-/// GB/s of a 2-thread read (sum) of `buf`.
+/// GB/s of a read (sum) of `buf` on every thread: a plain reduction the compiler vectorizes.
 double read_rate(const std::vector<std::uint64_t>& buf) {
   const auto t0 = clock_type::now();
-  std::uint64_t total = 0;
-  std::vector<std::uint64_t> partial(64, 0);
-  accel::parallel_for(buf.size(), buf.size() / 2 + 1, [&](std::size_t b, std::size_t e) {
-    std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    std::size_t i = b;
-    for (; i + 4 <= e; i += 4) s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
-    for (; i < e; ++i) s0 += buf[i];
-    partial[(b * 2 / buf.size()) % 64] = s0 + s1 + s2 + s3;
+  const std::size_t threads = static_cast<std::size_t>(std::max(1, accel::num_threads()));
+  std::vector<std::uint64_t> partial(threads, 0);
+  accel::parallel_for(buf.size(), buf.size() / threads, [&](std::size_t b, std::size_t e) {
+    std::uint64_t s = 0;
+    for (std::size_t i = b; i < e; ++i) s += buf[i];
+    partial[b * threads / buf.size()] = s;
   });
+  std::uint64_t total = 0;
   for (auto v : partial) total += v;
-  const double s = seconds_since(t0);
+  const double secs = seconds_since(t0);
   static volatile std::uint64_t sink;
   sink = total;
-  return static_cast<double>(buf.size() * sizeof(std::uint64_t)) / s / 1e9;
+  return static_cast<double>(buf.size() * sizeof(std::uint64_t)) / secs / 1e9;
 }
 
 /// GB/s (copied bytes) of a 2-thread memcpy of `src` into `dst`.
 double memcpy_rate(const std::vector<std::uint64_t>& src, std::vector<std::uint64_t>& dst) {
   const auto t0 = clock_type::now();
-  accel::parallel_for(src.size(), src.size() / 2 + 1, [&](std::size_t b, std::size_t e) {
+  const std::size_t per_thread = src.size() / static_cast<std::size_t>(std::max(1, accel::num_threads()));
+  accel::parallel_for(src.size(), per_thread, [&](std::size_t b, std::size_t e) {
     std::memcpy(dst.data() + b, src.data() + b, (e - b) * sizeof(std::uint64_t));
   });
   return static_cast<double>(src.size() * sizeof(std::uint64_t)) / seconds_since(t0) / 1e9;
@@ -84,8 +90,38 @@ struct Args {
   accel::DType dtype = accel::DType::bf16;
   std::int64_t layers = 8, embd = 2048, ff = 5632, heads = 32, kv_heads = 4, vocab = 32000, prompt = 64, decode = 32;
   int reps = 5;
-  std::optional<double> llamacpp_tg, llamacpp_pp;
+  std::string llama_bench;
+  std::vector<std::string> ggufs;
 };
+
+/// One llama-bench run (pp and tg, one repetition) on `gguf`: {pp tokens/s, tg tokens/s}.
+std::optional<std::pair<double, double>> run_llama_bench(const Args& a, const std::string& gguf) {
+  const std::string cmd = "'" + a.llama_bench + "' -m '" + gguf + "' -t " + std::to_string(accel::num_threads()) +
+                          " -p " + std::to_string(a.prompt) + " -n " + std::to_string(a.decode) +
+                          " -r 1 -o jsonl 2>/dev/null";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  ::pclose(pipe);
+  double pp = 0, tg = 0;
+  std::size_t at = 0;
+  while (at < out.size()) {
+    const std::size_t end = out.find('\n', at);
+    const std::string line = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? out.size() : end + 1;
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("n_gen", 0) > 0) tg = j.value("avg_ts", 0.0);
+      else if (j.value("n_prompt", 0) > 0) pp = j.value("avg_ts", 0.0);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  if (pp <= 0 || tg <= 0) return std::nullopt;
+  return std::make_pair(pp, tg);
+}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -101,8 +137,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--prompt") a.prompt = std::stoll(v);
     else if (k == "--decode") a.decode = std::stoll(v);
     else if (k == "--reps") a.reps = std::stoi(v);
-    else if (k == "--llamacpp-tg") a.llamacpp_tg = std::stod(v);
-    else if (k == "--llamacpp-pp") a.llamacpp_pp = std::stod(v);
+    else if (k == "--llama-bench") a.llama_bench = v;
+    else if (k == "--gguf") a.ggufs.push_back(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -141,6 +177,8 @@ int main(int argc, char** argv) {
   std::vector<std::uint64_t> dst(src.size(), 0);
 
   std::vector<double> pp, tg, rd, cp;
+  std::vector<std::vector<double>> ref_pp(a.ggufs.size()), ref_tg(a.ggufs.size());
+  const bool with_llamacpp = !a.llama_bench.empty() && !a.ggufs.empty();
   accel::models::GenerationConfig g{.max_new_tokens = a.decode + 1, .ignore_eos = true};
   (void)accel::models::generate(*lm, ids, {.max_new_tokens = 2, .ignore_eos = true});  // warm up
   for (int r = 0; r < a.reps; ++r) {
@@ -149,6 +187,12 @@ int main(int argc, char** argv) {
     pp.push_back(static_cast<double>(a.prompt) / out.prefill_seconds);
     tg.push_back(out.tokens_per_second());
     cp.push_back(memcpy_rate(src, dst));
+    for (std::size_t m = 0; with_llamacpp && m < a.ggufs.size(); ++m) {
+      if (const auto r = run_llama_bench(a, a.ggufs[m])) {
+        ref_pp[m].push_back(r->first);
+        ref_tg[m].push_back(r->second);
+      }
+    }
   }
   const double tg_m = median(tg), pp_m = median(pp), rd_m = median(rd), cp_m = median(cp);
   const double achieved = static_cast<double>(streamed_bytes) * tg_m / 1e9;
@@ -159,15 +203,17 @@ int main(int argc, char** argv) {
   std::printf("bound: 2-thread read %.1f GB/s -> %.1f tokens/s; decode at %.0f%% of it\n", rd_m,
               rd_m * 1e9 / static_cast<double>(streamed_bytes), 100.0 * achieved / rd_m);
   std::printf("memcpy 2 threads %.1f GB/s copied (decode reads at %.0f%% of that rate)\n", cp_m, 100.0 * achieved / cp_m);
-  if (a.llamacpp_tg) {
-    std::printf("llama.cpp tg %.1f tokens/s -> accel / llama.cpp %.2fx\n", *a.llamacpp_tg, tg_m / *a.llamacpp_tg);
-  } else {
-    std::printf("llama.cpp tg: not measured here (give --llamacpp-tg from a side-by-side llama-bench run)\n");
+  if (!with_llamacpp) {
+    std::printf("llama.cpp: not measured here (give --llama-bench PATH --gguf MODEL.gguf to run it side by side)\n");
   }
-  if (a.llamacpp_pp) {
-    std::printf("llama.cpp pp %.1f tokens/s -> accel / llama.cpp %.2fx\n", *a.llamacpp_pp, pp_m / *a.llamacpp_pp);
-  } else {
-    std::printf("llama.cpp pp: not measured here (give --llamacpp-pp from a side-by-side llama-bench run)\n");
+  for (std::size_t m = 0; with_llamacpp && m < a.ggufs.size(); ++m) {
+    if (ref_tg[m].empty()) {
+      std::printf("llama.cpp %s: llama-bench gave no result\n", a.ggufs[m].c_str());
+      continue;
+    }
+    const double rp = median(ref_pp[m]), rt = median(ref_tg[m]);
+    std::printf("llama.cpp %s: pp %.1f tokens/s (accel %.2fx), tg %.1f tokens/s (accel %.2fx)\n", a.ggufs[m].c_str(), rp,
+                pp_m / rp, rt, tg_m / rt);
   }
   return 0;
 }
