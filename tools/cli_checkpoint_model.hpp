@@ -3,7 +3,7 @@
 //
 //   meta_model_from_tensors(entries, source, float_dtype)   dotted names -> nested modules
 //   checkpoint_tensor_entries(path)                          names, dtypes, shapes of a checkpoint
-//   register_checkpoint_loaders()                            .safetensors, .bin and their indexes
+//   register_checkpoint_loaders()                            safetensors, torch .bin and sharded indexes
 //
 // Every dotted name becomes a chain of modules whose leaf is a parameter (meta: no bytes). Only the
 // safetensors header, the index or the torch pickle is read, never tensor data. A checkpoint does
@@ -26,6 +26,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/io/checkpoint_format.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/torch_bin.hpp"
@@ -103,13 +104,21 @@ inline std::vector<CheckpointTensor> torch_bin_entries(const std::string& path) 
   return out;
 }
 
+/// The entries of one checkpoint file, read as its bytes show; FormatError for other formats.
+inline std::vector<CheckpointTensor> file_entries(const std::string& path, io::CheckpointFormat format) {
+  if (format == io::CheckpointFormat::safetensors) return safetensors_entries(path);
+  if (format == io::CheckpointFormat::torch_bin) return torch_bin_entries(path);
+  io::require_readable({format, path});
+  throw FormatError("'" + path + "' is " + std::string(io::checkpoint_format_info(format).description) +
+                    ", not a safetensors or torch .bin file");
+}
+
 inline std::vector<CheckpointTensor> sharded_entries(const std::string& index_path) {
   const io::ShardedIndex ix = io::read_sharded_index(index_path);
-  const auto dir = std::filesystem::path(index_path).parent_path();
   std::map<std::string, CheckpointTensor> found;
   for (const auto& shard : ix.shard_files) {
-    const std::string full = (dir / shard).string();
-    auto entries = full.ends_with(".safetensors") ? safetensors_entries(full) : torch_bin_entries(full);
+    const std::string full = io::sharded_index_shard_path(index_path, shard).string();
+    auto entries = file_entries(full, io::detect_checkpoint_format(full));
     for (auto& e : entries) {
       const std::string* owner = ix.shard_of(e.name);
       if (owner && *owner == shard) found.emplace(e.name, std::move(e));
@@ -194,29 +203,24 @@ inline std::shared_ptr<nn::Module> meta_model_from_tensors(const std::vector<Che
   return root;
 }
 
-/// Names, dtypes and shapes of a .safetensors file, a torch .bin file or a sharded index of
-/// either, read from headers only, in the order the header comment describes.
+/// Names, dtypes and shapes of a safetensors file, a torch .bin file or a sharded index of
+/// either (told apart by their bytes), read from headers only, in the order the header comment
+/// describes.
 inline std::vector<CheckpointTensor> checkpoint_tensor_entries(const std::string& path) {
-  if (path.ends_with(".index.json")) {
-    auto entries = detail::sharded_entries(path);
-    detail::sort_by_name(entries);
-    return entries;
-  }
-  if (path.ends_with(".safetensors")) {
-    auto entries = detail::safetensors_entries(path);
-    detail::sort_by_name(entries);
-    return entries;
-  }
-  return detail::torch_bin_entries(path);
+  const io::CheckpointFormat format = io::detect_checkpoint_format(path);
+  if (format == io::CheckpointFormat::torch_bin) return detail::torch_bin_entries(path);
+  auto entries = format == io::CheckpointFormat::sharded_index ? detail::sharded_entries(path) : detail::file_entries(path, format);
+  detail::sort_by_name(entries);
+  return entries;
 }
 
-/// Makes load_cli_model accept checkpoints: .safetensors, .bin and their sharded indexes.
+/// Makes load_cli_model accept checkpoints: safetensors, torch .bin and their sharded indexes.
 inline void register_checkpoint_loaders() {
   const ModelLoader loader = [](const std::filesystem::path& path, std::optional<DType> float_dtype) {
     return meta_model_from_tensors(checkpoint_tensor_entries(path.string()), path.string(), float_dtype);
   };
-  for (const char* suffix : {".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json"}) {
-    model_loaders()[suffix] = loader;
+  for (const auto format : {io::CheckpointFormat::safetensors, io::CheckpointFormat::sharded_index, io::CheckpointFormat::torch_bin}) {
+    model_loaders()[format] = loader;
   }
 }
 

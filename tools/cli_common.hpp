@@ -1,7 +1,7 @@
 // Shared pieces of the `accel` commands: model loading, tables, byte printing.
 //
-//   load_cli_model(path)          model spec JSON, transformers config.json, any suffix registered in
-//                                 model_loaders() (checkpoints, see cli_checkpoint_model.hpp), or a
+//   load_cli_model(path)          model spec JSON, transformers config.json, any checkpoint format
+//                                 registered in model_loaders() (see cli_checkpoint_model.hpp), or a
 //                                 folder holding one of them
 //   find_hf_config(path)          the transformers config.json that describes MODEL, if any
 //   print_table(os, headers, rows)
@@ -11,65 +11,60 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/io/bytes.hpp"
+#include "accel/io/checkpoint_format.hpp"
+#include "accel/io/file_names.hpp"
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/nn/spec.hpp"
 
 namespace accel::cli {
 
-/// Model builders for inputs that are not JSON specs or configs, by file-name suffix
-/// (".safetensors", ".safetensors.index.json", ".gguf"); the longest matching suffix wins. They
-/// must return a meta model (init_empty_weights is active). `float_dtype`, when set, is the dtype
-/// floating-point weights are sized in; unset means as stored.
+/// Model builders for inputs that are not JSON specs or configs, by checkpoint format as
+/// io::detect_checkpoint_format tells it from the file's bytes (safetensors, sharded_index,
+/// torch_bin; gguf once a reader exists). They must return a meta model (init_empty_weights is
+/// active). `float_dtype`, when set, is the dtype floating-point weights are sized in; unset means
+/// as stored.
 using ModelLoader = std::function<std::shared_ptr<nn::Module>(const std::filesystem::path&, std::optional<DType> float_dtype)>;
-inline std::map<std::string, ModelLoader>& model_loaders() {
-  static std::map<std::string, ModelLoader> loaders;
+inline std::map<io::CheckpointFormat, ModelLoader>& model_loaders() {
+  static std::map<io::CheckpointFormat, ModelLoader> loaders;
   return loaders;
 }
 
-/// The registered loader whose suffix ends `path`'s file name (the longest), or nullptr.
-inline const ModelLoader* find_model_loader(const std::filesystem::path& path) {
-  const std::string name = path.filename().string();
-  const ModelLoader* best = nullptr;
-  std::size_t best_len = 0;
-  for (const auto& [suffix, loader] : model_loaders()) {
-    if (suffix.size() > best_len && name.size() > suffix.size() && name.ends_with(suffix)) {
-      best = &loader;
-      best_len = suffix.size();
-    }
-  }
-  return best;
+/// The loader registered for `format`, or nullptr.
+inline const ModelLoader* find_model_loader(io::CheckpointFormat format) {
+  const auto it = model_loaders().find(format);
+  return it == model_loaders().end() ? nullptr : &it->second;
 }
 
-/// The model file inside a folder: config.json first (it knows the module structure), else a
-/// checkpoint whose suffix has a loader.
+/// The model file inside a folder: config.json first (it knows the module structure), else the
+/// checkpoint io::find_checkpoint_in_folder finds (its search order), else config.json, whose
+/// absence the caller then reports.
 inline std::filesystem::path model_file_in(const std::filesystem::path& dir) {
-  if (std::filesystem::is_regular_file(dir / "config.json")) return dir / "config.json";
-  for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
-                           "pytorch_model.bin"}) {
-    if (std::filesystem::is_regular_file(dir / name) && find_model_loader(dir / name)) return dir / name;
-  }
-  return dir / "config.json";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir / io::CONFIG_NAME, ec)) return dir / io::CONFIG_NAME;
+  if (const auto found = io::find_checkpoint_in_folder(dir)) return found->path;
+  return dir / io::CONFIG_NAME;
 }
 
-/// The JSON in `path`: IOError when it cannot be read, FormatError naming it when it is not JSON.
+/// The JSON in `path`: IOError when it cannot be read or is not a regular file, FormatError
+/// naming it when it is not JSON.
 inline nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IOError("cannot open '" + path.string() + "'");
+  const std::string text = io::read_small_file(path.string());
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(path.string() + ": invalid JSON: " + e.what());
   }
@@ -85,7 +80,13 @@ inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& i
   std::filesystem::path path = input;
   if (std::filesystem::is_directory(path)) path = model_file_in(path);
   auto guard = nn::init_empty_weights(/*include_buffers=*/true);
-  if (const ModelLoader* loader = find_model_loader(path)) return (*loader)(path, float_dtype);
+  if (const auto format = io::try_detect_checkpoint_format(path)) {
+    io::require_readable({*format, path});
+    if (const ModelLoader* loader = find_model_loader(*format)) return (*loader)(path, float_dtype);
+    throw FormatError(path.string() + " is " + std::string(io::checkpoint_format_info(*format).description) +
+                      ", which accel cannot build a model from (expected a checkpoint file, a sharded index, a "
+                      "config.json or a model spec)");
+  }
   const DType dtype = float_dtype.value_or(DType::f32);
   const nlohmann::json j = read_json_file(path);
   if (j.contains("format") && j["format"] == "accelerate-oracle-spec/v1") return nn::module_from_spec(j, path.string());
@@ -98,7 +99,7 @@ inline std::shared_ptr<nn::Module> load_cli_model(const std::filesystem::path& i
 inline std::optional<nlohmann::json> find_hf_config(const std::filesystem::path& input) {
   const std::filesystem::path dir = std::filesystem::is_directory(input) ? input : input.parent_path();
   std::filesystem::path path = std::filesystem::is_directory(input) ? model_file_in(input) : input;
-  if (find_model_loader(path) || !std::filesystem::is_regular_file(path)) path = dir / "config.json";
+  if (!std::filesystem::is_regular_file(path) || io::try_detect_checkpoint_format(path)) path = dir / io::CONFIG_NAME;
   if (!std::filesystem::is_regular_file(path)) return std::nullopt;
   nlohmann::json j = read_json_file(path);
   if (!j.is_object() || !j.contains("model_type")) return std::nullopt;

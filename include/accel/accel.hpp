@@ -30,6 +30,8 @@
 #include "accel/tokenize/tokenize.hpp"
 
 #include "accel/io/checkpoint_files.hpp"
+#include "accel/io/checkpoint_format.hpp"
+#include "accel/io/confined_path.hpp"
 #include "accel/io/file_names.hpp"
 #include "accel/io/inspect.hpp"
 #include "accel/io/load_state_dict.hpp"

@@ -4,19 +4,25 @@ independently of accel (the standard library reads the files itself).
 
     check_inspect.py ACCEL PATH [--json]          table (default) or --json output must match
     check_inspect.py ACCEL PATH --expect-error T  exit status 1 and T in the error message
+    check_inspect.py ACCEL --hostile WORK         hostile inputs made in WORK: each refused at once,
+                                                  exit status 1, the file and the entry named
 
-PATH: a .safetensors file, a sharded *.index.json, a folder holding one of those, a torch .bin
-(its expected tensors come from expected.json beside it, written by make_torch_bin_fixtures.py
-with torch), or an offload folder (index.json + .dat files).
+PATH: a .safetensors file, a sharded *.index.json, a folder holding one of those (searched in
+accel's order: model.safetensors, model.safetensors.index.json, pytorch_model.bin,
+pytorch_model.bin.index.json, one other *.index.json), a torch .bin (its expected tensors come
+from expected.json beside it, written by make_torch_bin_fixtures.py with torch), or an offload
+folder (index.json + .dat files).
 """
 
 import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
+import time
 
 TORCH_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I64": "int64", "I32": "int32",
@@ -73,11 +79,17 @@ def offload_rows(folder):
     return {}, rows
 
 
+FOLDER_ORDER = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
 def expected_rows(path):
     if os.path.isdir(path):
-        for name in ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin"):
+        for name in FOLDER_ORDER:
             if os.path.isfile(os.path.join(path, name)):
                 return expected_rows(os.path.join(path, name))
+        indexes = sorted(n for n in os.listdir(path) if n.endswith(".index.json") and n != ".index.json")
+        if len(indexes) == 1:
+            return expected_rows(os.path.join(path, indexes[0]))
         return offload_rows(path)
     if path.endswith(".index.json"):
         return index_rows(path)
@@ -131,8 +143,74 @@ def check_table(text, metadata, rows):
             fail(f"metadata {k} missing from the table", text)
 
 
+def refused(accel, path, *needles, what):
+    """`accel inspect PATH --json` must exit 1 within a second, naming every needle."""
+    start = time.monotonic()
+    try:
+        p = subprocess.run([accel, "inspect", path, "--json"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        fail(f"{what}: accel inspect {path} still running after 10 s")
+    elapsed = time.monotonic() - start
+    if p.returncode != 1:
+        fail(f"{what}: exit {p.returncode} (expected 1): {p.stderr}", p.stdout)
+    for needle in needles:
+        if needle not in p.stderr:
+            fail(f"{what}: '{needle}' not in the error: {p.stderr}")
+    if elapsed > 1.0:
+        fail(f"{what}: took {elapsed:.2f} s")
+    print(f"PASS: {what}: {p.stderr.strip()}")
+
+
+def hostile(accel, work):
+    """Index entries leading out of their folder, NUL bytes, absolute paths, FIFOs, directories,
+    text and legacy pickles: each refused at once, naming the file and the entry."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    with open(os.path.join(work, "x.dat"), "wb") as f:  # what an escaping entry would hash
+        f.write(b"\x11" * 12)
+    entry = {"dtype": "float32", "shape": [3]}
+    for case, name, needle in (("dotdot", "../x", "'../x.dat' leads out of the folder"),
+                               ("absolute", "/etc/passwd", "'/etc/passwd.dat' is absolute"),
+                               ("nul", "a\0b", "'a\\x00b.dat' holds a NUL byte")):
+        folder = os.path.join(work, "offload_" + case)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "index.json"), "w") as f:
+            json.dump({name: entry}, f)
+        refused(accel, folder, os.path.join(folder, "index.json"), needle, what=f"offload index entry {name!r}")
+
+    folder = os.path.join(work, "sharded_dotdot")
+    os.makedirs(folder)
+    index = os.path.join(folder, "model.safetensors.index.json")
+    with open(index, "w") as f:
+        json.dump({"weight_map": {"w": "../x.dat"}}, f)
+    refused(accel, folder, index, "tensor 'w'", "'../x.dat' leads out of the folder", what="shard name '../x.dat'")
+
+    fifo = os.path.join(work, "fifo", "model.safetensors")
+    os.makedirs(os.path.dirname(fifo))
+    os.mkfifo(fifo)
+    refused(accel, fifo, fifo, "is a FIFO, not a regular file", what="a FIFO")
+    refused(accel, os.path.dirname(fifo), fifo, "is a FIFO, not a regular file", what="a folder whose model.safetensors is a FIFO")
+
+    folder = os.path.join(work, "dir_named_file")
+    os.makedirs(os.path.join(folder, "model.safetensors"))
+    refused(accel, folder, os.path.join(folder, "model.safetensors"), "is a directory, not a regular file",
+            what="a directory named model.safetensors")
+
+    text = os.path.join(work, "notes.txt")
+    with open(text, "w") as f:
+        f.write("not a checkpoint\n")
+    refused(accel, text, text, "not a checkpoint format accel reads", what="a text file")
+    legacy = os.path.join(work, "legacy.bin")
+    with open(legacy, "wb") as f:
+        f.write(b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.")
+    refused(accel, legacy, legacy, "legacy torch pickle", what="a legacy torch pickle")
+
+
 def main():
     args = sys.argv[1:]
+    if len(args) == 3 and args[1] == "--hostile":
+        hostile(args[0], args[2])
+        return
     accel, path, rest = args[0], args[1], args[2:]
     as_json = "--json" in rest
     if "--expect-error" in rest:

@@ -26,6 +26,9 @@ if(TARGET accel_cli)
   if(EXISTS ${PROJECT_SOURCE_DIR}/tests/data/offload_fixture/index.json)
     add_test(NAME cli_inspect_offload_json COMMAND ${check} ${PROJECT_SOURCE_DIR}/tests/data/offload_fixture --json)
   endif()
+  # Hostile checkpoints and offload folders (made by the checker): typed errors within a second,
+  # never a byte read outside the folder.
+  add_test(NAME cli_inspect_hostile COMMAND ${check} --hostile ${CMAKE_CURRENT_BINARY_DIR}/cli_hostile)
   add_test(NAME cli_inspect_usage COMMAND accel_cli inspect)
   set_tests_properties(cli_inspect_usage PROPERTIES WILL_FAIL TRUE)
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "accel/core/memory_stats.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
+#include "accel/io/offload.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/io/sharding.hpp"
 #include "accel/io/torch_bin_write.hpp"
@@ -169,14 +171,32 @@ TEST_CASE("a torch .bin checkpoint loads", "[io][load_checkpoint]") {
   require_loaded(*model, ckpt);
 }
 
-TEST_CASE("folder detection follows Accelerate", "[io][load_checkpoint]") {
+TEST_CASE("folder detection follows transformers' search order", "[io][load_checkpoint]") {
   const StateDict ckpt = make_checkpoint();
-  SECTION("pytorch_model.bin is preferred over model.safetensors") {
+  SECTION("model.safetensors is preferred over pytorch_model.bin (Accelerate prefers the .bin)") {
     TempDir dir;
-    save_file(ckpt, dir.file("model.safetensors"));
-    CHECK(resolve_checkpoint_files(dir.str()) == std::vector<std::string>{dir.file("model.safetensors")});
     save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
     CHECK(resolve_checkpoint_files(dir.str()) == std::vector<std::string>{dir.file("pytorch_model.bin")});
+    save_file(ckpt, dir.file("model.safetensors"));
+    CHECK(resolve_checkpoint_files(dir.str()) == std::vector<std::string>{dir.file("model.safetensors")});
+    auto model = make_model();
+    CHECK(load_checkpoint_in_model(*model, dir.str()).checkpoint_files == std::vector<std::string>{dir.file("model.safetensors")});
+  }
+  SECTION("the whole order: model.safetensors, its index, pytorch_model.bin, its index, one other index") {
+    TempDir dir;
+    save_sharded(ckpt, dir.str(), std::int64_t{200}, /*safe_serialization=*/false);
+    fs::rename(dir.file("pytorch_model.bin.index.json"), dir.file("weights.index.json"));
+    CHECK(resolve_checkpoint(dir.path).path == dir.path / "weights.index.json");
+    fs::copy_file(dir.file("weights.index.json"), dir.file("pytorch_model.bin.index.json"));
+    CHECK(resolve_checkpoint(dir.path).path == dir.path / "pytorch_model.bin.index.json");
+    save_torch_bin(ckpt, dir.file("pytorch_model.bin"));
+    CHECK(resolve_checkpoint(dir.path).path == dir.path / "pytorch_model.bin");
+    save_sharded(ckpt, dir.str(), std::int64_t{200});
+    CHECK(resolve_checkpoint(dir.path).path == dir.path / "model.safetensors.index.json");
+    CHECK(resolve_checkpoint(dir.path).format == CheckpointFormat::sharded_index);
+    save_file(ckpt, dir.file("model.safetensors"));
+    CHECK(resolve_checkpoint(dir.path).path == dir.path / "model.safetensors");
+    CHECK(resolve_checkpoint(dir.path).format == CheckpointFormat::safetensors);
   }
   SECTION("a folder with neither nor an index") {
     TempDir dir;
@@ -184,15 +204,20 @@ TEST_CASE("folder detection follows Accelerate", "[io][load_checkpoint]") {
     const std::string msg = message_of([&] { resolve_checkpoint_files(dir.str()); });
     CHECK(msg.find("is not a folder containing a `.index.json` file or a pytorch_model.bin or a model.safetensors") !=
           std::string::npos);
+    CHECK(msg.find(dir.str()) != std::string::npos);
     CHECK_THROWS_AS(resolve_checkpoint_files(dir.str()), ValueError);
   }
-  SECTION("a folder with two indexes") {
+  SECTION("a folder with two indexes and no named one") {
     TempDir dir;
     save_sharded(ckpt, dir.str(), std::int64_t{200});
-    fs::copy_file(dir.file("model.safetensors.index.json"), dir.file("other.index.json"));
+    fs::rename(dir.file("model.safetensors.index.json"), dir.file("a.index.json"));
+    fs::copy_file(dir.file("a.index.json"), dir.file("other.index.json"));
     const std::string msg = message_of([&] { resolve_checkpoint_files(dir.str()); });
     CHECK(msg.find("containing more than one `.index.json` file") != std::string::npos);
-    CHECK(msg.find("other.index.json") != std::string::npos);
+    CHECK(msg.find("a.index.json, other.index.json") != std::string::npos);
+    // A named index wins over the others, as transformers looks for it by name.
+    fs::copy_file(dir.file("a.index.json"), dir.file("model.safetensors.index.json"));
+    CHECK(resolve_checkpoint(dir.path).path == dir.path / "model.safetensors.index.json");
   }
   SECTION("a path that does not exist") {
     auto model = make_model();
@@ -204,6 +229,42 @@ TEST_CASE("folder detection follows Accelerate", "[io][load_checkpoint]") {
     write_sharded_index(dir.file("model.safetensors.index.json"), 4, {{"w", "model-00001-of-00001.safetensors"}});
     CHECK_THROWS_AS(resolve_checkpoint_files(dir.str()), FormatError);
   }
+  SECTION("an offload folder is not a checkpoint") {
+    TempDir dir;
+    offload_state_dict(dir.str(), ckpt);
+    CHECK(resolve_checkpoint(dir.path).format == CheckpointFormat::offload_folder);
+    CHECK_THROWS_WITH(resolve_checkpoint_files(dir.str()), Catch::Contains("offload folder") && Catch::Contains(dir.str()));
+  }
+}
+
+TEST_CASE("checkpoint files are read as their bytes show, whatever their names", "[io][load_checkpoint]") {
+  const StateDict ckpt = make_checkpoint();
+  TempDir dir;
+  save_file(ckpt, dir.file("weights.bin"));             // safetensors under a .bin name
+  save_torch_bin(ckpt, dir.file("weights.safetensors"));  // a zip under a .safetensors name
+  for (const char* name : {"weights.bin", "weights.safetensors"}) {
+    INFO(name);
+    auto model = make_model();
+    const LoadResult r = load_checkpoint_in_model(*model, dir.file(name));
+    CHECK(r.missing_keys.empty());
+    require_loaded(*model, ckpt);
+  }
+  CHECK(detect_checkpoint_format(dir.file("weights.bin")) == CheckpointFormat::safetensors);
+  CHECK(detect_checkpoint_format(dir.file("weights.safetensors")) == CheckpointFormat::torch_bin);
+}
+
+TEST_CASE("load_checkpoint_in_model refuses GGUF and legacy pickles by name", "[io][load_checkpoint]") {
+  TempDir dir;
+  {
+    std::ofstream(dir.file("model.gguf"), std::ios::binary) << std::string("GGUF\x03\0\0\0", 8) << std::string(32, '\0');
+    std::ofstream(dir.file("pytorch_model.bin"), std::ios::binary) << std::string("\x80\x02\x8a\x0alegacy", 10);
+  }
+  auto model = make_model();
+  CHECK_THROWS_WITH(load_checkpoint_in_model(*model, dir.file("model.gguf")),
+                    Catch::Contains("model.gguf") && Catch::Contains("not supported yet"));
+  CHECK_THROWS_WITH(load_checkpoint_in_model(*model, dir.str()),
+                    Catch::Contains("pytorch_model.bin") && Catch::Contains("legacy torch pickle"));
+  CHECK_THROWS_AS(load_checkpoint_in_model(*model, dir.str()), FormatError);
 }
 
 TEST_CASE("a device map with disk offloads that layer; safetensors entries copy no bytes", "[io][load_checkpoint]") {

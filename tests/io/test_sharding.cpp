@@ -66,7 +66,7 @@ TEST_CASE("save_sharded writes transformers-style shards and an index that reads
     CHECK_FALSE(fs::exists(folder + "/" + stale));
     CHECK(fs::exists(folder + "/notes.txt"));
 
-    const std::string index_path = folder + "/" + (safe ? safe_weights_index_name : weights_index_name);
+    const std::string index_path = folder + "/" + std::string(safe ? SAFE_WEIGHTS_INDEX_NAME : WEIGHTS_INDEX_NAME);
     const std::string prefix = safe ? "model" : "pytorch_model";
     const std::string ext = safe ? ".safetensors" : ".bin";
     const std::string expected_index = "{\n  \"metadata\": {\n    \"total_size\": 49.0\n  },\n  \"weight_map\": {\n"
@@ -92,7 +92,7 @@ TEST_CASE("save_sharded writes a single file without an index when it fits", "[i
   const auto plan = save_sharded(sd, dir.path.string());
   CHECK_FALSE(plan.is_sharded());
   CHECK(fs::exists(dir.file("model.safetensors")));
-  CHECK_FALSE(fs::exists(dir.file(safe_weights_index_name)));
+  CHECK_FALSE(fs::exists(dir.file(std::string(SAFE_WEIGHTS_INDEX_NAME))));
   CHECK(SafetensorsFile::open(dir.file("model.safetensors")).metadata().at("format") == "pt");
 }
 
@@ -170,7 +170,7 @@ struct SaveFolder {
   std::string folder, index, ext, stem;
   explicit SaveFolder(bool safe)
       : folder(dir.path.string()),
-        index(dir.file(safe ? safe_weights_index_name : weights_index_name)),
+        index(dir.file(std::string(safe ? SAFE_WEIGHTS_INDEX_NAME : WEIGHTS_INDEX_NAME))),
         ext(safe ? ".safetensors" : ".bin"),
         stem(safe ? "model" : "pytorch_model") {}
 };
@@ -188,7 +188,7 @@ TEST_CASE("save_sharded removes the shards of an earlier save only after the new
     const StateDict second = numbered_state(4, 100.0f);  // 2 shards of 32
     REQUIRE(save_sharded(second, folder, std::int64_t{32}, safe).shards.size() == 2);
     CHECK(shard_files_in(dir.path) == std::vector<std::string>{stem + "-00001-of-00002" + ext, stem + "-00002-of-00002" + ext,
-                                                              std::string(safe ? safe_weights_index_name : weights_index_name)});
+                                                              std::string(safe ? SAFE_WEIGHTS_INDEX_NAME : WEIGHTS_INDEX_NAME)});
     require_checkpoint(index, second);
 
     // One file now: the earlier shards and the index that named them go.

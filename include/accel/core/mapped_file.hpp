@@ -28,7 +28,9 @@ class MappedFile : public std::enable_shared_from_this<MappedFile> {
  public:
   /// Maps `path` read-only. Empty files map to a valid object of size 0.
   static std::shared_ptr<MappedFile> open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO named like a checkpoint fails the regular-file check below instead of
+    // blocking this open until a writer appears.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw IOError("cannot open '" + path + "': " + std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {

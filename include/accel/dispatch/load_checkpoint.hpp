@@ -5,15 +5,20 @@
 //   DeviceMap dm;  dm.set("embed", 0);  dm.set("layers", Placement::cpu());  dm.set("head", Placement::disk());
 //   LoadResult r = load_checkpoint_in_model(*model, "ckpt/", {.device_map = dm, .offload_folder = "offload"});
 //
-// `checkpoint` is a .safetensors or torch .bin file, a sharded index (.json), or a folder holding
-// pytorch_model.bin, model.safetensors (looked for in that order, as Accelerate does) or exactly
-// one *.index.json. Each tensor is read once (safetensors: a view of the mapped file), converted
+// `checkpoint` is a safetensors or torch .bin file, a sharded index (.json), or a folder, searched
+// by io::resolve_checkpoint_folder: model.safetensors, model.safetensors.index.json,
+// pytorch_model.bin, pytorch_model.bin.index.json, then exactly one other *.index.json. Files are
+// read as their bytes show (io/checkpoint_format.hpp), not as their names say. Each tensor is read once (safetensors: a view of the mapped file), converted
 // once and placed once. Weights placed on "disk" go to `offload_folder` in Accelerate's format
 // (merged into its index.json); a weight already stored in a safetensors shard is recorded there
 // as {"safetensors_file", "weight_name", "dtype"} and no bytes are copied. Tied parameters stay
 // tied. Missing and unexpected keys are returned; `strict` turns them into a KeyError.
 //
-// Differences from Accelerate, each where it drops or mis-types data:
+// Differences from Accelerate, each where it drops or mis-types data or takes a worse file:
+// - A folder holding both model.safetensors and pytorch_model.bin loads model.safetensors
+//   (transformers' order); Accelerate takes pytorch_model.bin first. Both are one model saved
+//   twice; the safetensors copy is mapped without a copy and runs no pickle. A named index beside
+//   another *.index.json is taken too, where Accelerate raises.
 // - `dtype` applies with or without a device map (Accelerate ignores it without one), and a model
 //   on meta without a device map is loaded on the CPU (torch's load_state_dict leaves it on meta).
 // - A disk weight is stored, and its meta tensor typed, in the dtype it would have in memory
@@ -43,6 +48,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/checkpoint_files.hpp"
+#include "accel/io/checkpoint_format.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/progress.hpp"
@@ -144,15 +150,20 @@ class CheckpointLoader {
     if (o.offload_state_dict) state_dict_folder_.emplace("accel_offload_state_dict_");
   }
 
-  /// Reads one checkpoint file and places each of its tensors.
+  /// Reads one checkpoint file (safetensors or torch .bin, by its bytes) and places each tensor.
   void load_file(const std::string& file) {
-    if (file.ends_with(".safetensors")) {
+    const CheckpointFormat format = io::detect_checkpoint_format(file);
+    if (format == CheckpointFormat::safetensors) {
       const auto f = io::SafetensorsFile::open(file);
       io::check_safetensors_format(f);
       const std::string abs = std::filesystem::absolute(file).lexically_normal().string();
       for (const auto& name : f.keys()) place(name, f.tensor(name), file, &abs);
-    } else {
+    } else if (format == CheckpointFormat::torch_bin) {
       for (const auto& [name, t] : io::load_torch_bin(file)) place(name, t, file, nullptr);
+    } else {
+      io::require_readable({format, file});
+      throw FormatError("'" + file + "' is " + std::string(io::checkpoint_format_info(format).description) +
+                        ", not a checkpoint file load_checkpoint_in_model reads (safetensors or a torch .bin)");
     }
   }
 

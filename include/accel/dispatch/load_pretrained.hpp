@@ -5,8 +5,9 @@
 //   models::generate(*p.model, ids, {.max_new_tokens = 16});
 //
 // The model is built on meta from config.json, then load_checkpoint_in_model fills it (each
-// tensor read once, converted once). The checkpoint is what load_checkpoint_in_model finds in the
-// folder (a .bin, model.safetensors or one sharded index). Checkpoints saved from the base model
+// tensor read once, converted once). The checkpoint is what io::resolve_checkpoint_folder finds in
+// the folder, in transformers' order: model.safetensors, its index, pytorch_model.bin, its index,
+// then one other *.index.json. Checkpoints saved from the base model
 // (keys without the `transformer.` / `model.` prefix, as the original gpt2 repository has them)
 // are loaded into the base module, as transformers does. Every weight must be filled: a missing
 // tensor is a KeyError naming it and the folder; a tensor whose shape disagrees with the config
@@ -27,6 +28,8 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
+#include "accel/io/bytes.hpp"
+#include "accel/io/checkpoint_format.hpp"
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 
@@ -53,12 +56,13 @@ struct PretrainedModel {
 namespace detail {
 inline nlohmann::json read_config_json(const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
+  if (!std::filesystem::exists(path, ec)) {
     throw IOError(path.string() + ": not found (a model folder needs config.json)");
   }
-  std::ifstream in(path);
+  // read_small_file opens regular files only (a FIFO or a folder is an error, never a wait).
+  const std::string text = io::read_small_file(path.string(), std::size_t{1} << 24);
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(path.string() + ": not valid JSON (" + e.what() + ")");
   }
@@ -88,10 +92,12 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
     out.model = models::causal_lm_from_hf_config(out.config, out.dtype, config_path.string());
   }
   nn::Module& root = out.model->module();
+  // Found once: both loads below read the same checkpoint.
+  const std::string checkpoint = io::resolve_checkpoint_folder(folder).path.string();
   LoadCheckpointOptions lo;
   lo.dtype = out.dtype;
   lo.show_progress = options.show_progress;
-  out.load = load_checkpoint_in_model(root, folder.string(), lo);
+  out.load = load_checkpoint_in_model(root, checkpoint, lo);
   // A base-model checkpoint: every key lacks the base prefix; load it again into the base module.
   const std::string base = out.model->info().model_type == "gpt2" ? "transformer" : "model";
   const std::string prefix = base + ".";
@@ -102,7 +108,7 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
                            return k.starts_with(prefix) || k.starts_with("lm_head.");
                          });
   if (base_keys && root.find_submodule(base)) {
-    LoadResult inner = load_checkpoint_in_model(root.get_submodule(base), folder.string(), lo);
+    LoadResult inner = load_checkpoint_in_model(root.get_submodule(base), checkpoint, lo);
     for (auto& k : inner.missing_keys) k = prefix + k;
     out.load = std::move(inner);
   }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "accel/core/errors.hpp"
+#include "accel/io/regular_file.hpp"
 
 namespace accel::io {
 
@@ -90,33 +91,18 @@ inline bool is_valid_utf8(std::string_view s) noexcept {
   return true;
 }
 
-/// Reads a whole (small) file: index and metadata files. FormatError when it exceeds `limit`.
+/// Reads a whole (small) file: index and metadata files. IOError when it is not a regular file
+/// (RegularFile), FormatError when it exceeds `limit`.
 inline std::string read_small_file(const std::string& path, std::size_t limit = std::size_t{1} << 28) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IOError("cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw IOError("'" + path + "' is not a readable regular file");
+  const RegularFile f = RegularFile::open(path);
+  if (f.size() > limit) {
+    throw FormatError("'" + path + "' is " + std::to_string(f.size()) + " bytes, more than the " + std::to_string(limit) +
+                      " accepted for this kind of file");
   }
-  if (static_cast<std::uint64_t>(st.st_size) > limit) {
-    ::close(fd);
-    throw FormatError("'" + path + "' is " + std::to_string(st.st_size) + " bytes, more than the " +
-                      std::to_string(limit) + " accepted for this kind of file");
+  std::string out(static_cast<std::size_t>(f.size()), '\0');
+  if (f.read_at(out.data(), out.size(), 0) != out.size()) {
+    throw IOError("cannot read '" + path + "': unexpected end of file");
   }
-  std::string out(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < out.size()) {
-    const ssize_t r = ::read(fd, out.data() + got, out.size() - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int e = errno;
-      ::close(fd);
-      throw IOError("cannot read '" + path + "': " + (r == 0 ? "unexpected end of file" : std::strerror(e)));
-    }
-    got += static_cast<std::size_t>(r);
-  }
-  ::close(fd);
   return out;
 }
 

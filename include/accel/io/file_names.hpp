@@ -1,11 +1,12 @@
 // File names Accelerate uses for checkpoints and saved states, so that folders move between the
-// two. WEIGHTS_NAME etc. keep Accelerate's spelling (they are its public constant names).
+// two. WEIGHTS_NAME etc. keep Accelerate's spelling (they are its public constant names); the
+// lower-case names are files Accelerate spells inline, without a constant. Which of these a
+// folder is searched for, and in what order, is io/checkpoint_format.hpp's business.
 #pragma once
 
 #include <string_view>
 
 namespace accel::io {
-
 
 /// Stem of a saved model's weights ("pytorch_model.bin", "pytorch_model_1.bin", ...).
 inline constexpr std::string_view MODEL_NAME = "pytorch_model";
@@ -32,5 +33,11 @@ inline constexpr std::string_view SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.i
 /// Shard names: the pattern's "{suffix}" becomes "-00001-of-00003".
 inline constexpr std::string_view WEIGHTS_PATTERN_NAME = "pytorch_model{suffix}.bin";
 inline constexpr std::string_view SAFE_WEIGHTS_PATTERN_NAME = "model{suffix}.safetensors";
+/// transformers' model configuration (its CONFIG_NAME), found beside a checkpoint.
+inline constexpr std::string_view CONFIG_NAME = "config.json";
+/// The index of an Accelerate offload folder.
+inline constexpr std::string_view offload_index_name = "index.json";
+/// Suffix of an offloaded tensor's file in an offload folder: "<tensor name>.dat".
+inline constexpr std::string_view offload_data_suffix = ".dat";
 
 }  // namespace accel::io

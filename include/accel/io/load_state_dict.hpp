@@ -21,6 +21,7 @@
 
 #include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/io/checkpoint_format.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/io/torch_bin.hpp"
@@ -48,7 +49,13 @@ concept PlacementLookup = requires(const M& m, std::string_view name) {
 namespace detail {
 template <class Where>
 StateDict load_state_dict_placed(const std::string& checkpoint_file, Where&& device_for) {
-  if (!checkpoint_file.ends_with(".safetensors")) return load_torch_bin(checkpoint_file);
+  const CheckpointFormat format = detect_checkpoint_format(checkpoint_file);
+  require_readable({format, checkpoint_file});
+  if (format == CheckpointFormat::torch_bin) return load_torch_bin(checkpoint_file);
+  if (format != CheckpointFormat::safetensors) {
+    throw FormatError("load_state_dict reads one safetensors or torch .bin file; '" + checkpoint_file + "' is " +
+                      std::string(checkpoint_format_info(format).description) + " (load_checkpoint_in_model reads it)");
+  }
   const auto f = SafetensorsFile::open(checkpoint_file);
   check_safetensors_format(f);
   StateDict out;
@@ -57,8 +64,9 @@ StateDict load_state_dict_placed(const std::string& checkpoint_file, Where&& dev
 }
 }  // namespace detail
 
-/// Loads every tensor of a `.safetensors` or torch `.bin` file on the CPU (safetensors: zero-copy
-/// views of the mapped file; .bin as torch.load(map_location="cpu") does in Accelerate).
+/// Loads every tensor of a safetensors or torch .bin file on the CPU (safetensors: zero-copy
+/// views of the mapped file; .bin as torch.load(map_location="cpu") does in Accelerate). The
+/// format is what the file's bytes show (io/checkpoint_format.hpp), not its name.
 inline StateDict load_state_dict(const std::string& checkpoint_file) {
   return detail::load_state_dict_placed(checkpoint_file, [](const std::string&) { return Device::cpu(); });
 }

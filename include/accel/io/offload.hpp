@@ -15,6 +15,13 @@
 // Accelerate cannot offload (numpy has no fp8 type), are written the same way under torch's dtype
 // names ("float8_e4m3fn", "float8_e5m2"); Accelerate cannot read those entries. Entries may also
 // point into a safetensors file: {"safetensors_file", "weight_name", "dtype"}.
+//
+// Every file an index names stays inside the offload folder (io/confined_path.hpp): a tensor name
+// whose `<name>.dat` would lead out of it ("../x", "/etc/passwd") or holds a NUL byte is a
+// FormatError naming the index and the tensor. `safetensors_file` may be absolute, as Accelerate
+// and load_checkpoint_in_model record it; a relative one is taken from the offload folder, where
+// transformers would open it from the current directory (which moves with the process, not with
+// the folder). Symbolic links inside the folder are followed.
 #pragma once
 
 #include <filesystem>
@@ -34,6 +41,9 @@
 #include "accel/core/mapped_file.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/confined_path.hpp"
+#include "accel/io/file_names.hpp"
+#include "accel/io/regular_file.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/nn/module.hpp"
@@ -62,35 +72,68 @@ inline DType offload_dtype_from_name(const std::string& name, const std::string&
   throw FormatError("offload index entry '" + tensor + "': unknown dtype '" + name + "'");
 }
 
-/// Validates a parsed index: every value is a {"dtype", "shape"} entry or a safetensors entry.
+namespace detail {
+/// Checks the fields of one index entry (not the file it names); `where` names index and tensor.
+inline void validate_offload_entry(const std::string& name, const nlohmann::ordered_json& e, const std::string& where) {
+  if (!e.is_object()) throw FormatError(where + ": entry is not an object");
+  if (auto f = e.find("safetensors_file"); f != e.end() && !f->is_null()) {
+    if (!f->is_string()) throw FormatError(where + ": \"safetensors_file\" is not a string");
+    if (auto w = e.find("weight_name"); w != e.end() && !w->is_string()) throw FormatError(where + ": \"weight_name\" is not a string");
+    if (auto d = e.find("dtype"); d != e.end()) {
+      if (!d->is_string()) throw FormatError(where + ": \"dtype\" is not a string");
+      (void)offload_dtype_from_name(d->get<std::string>(), name);
+    }
+    return;
+  }
+  auto d = e.find("dtype");
+  auto s = e.find("shape");
+  if (d == e.end() || !d->is_string()) throw FormatError(where + ": missing string \"dtype\"");
+  (void)offload_dtype_from_name(d->get<std::string>(), name);
+  if (s == e.end() || !s->is_array()) throw FormatError(where + ": missing \"shape\" array");
+  if (s->size() > max_dims) throw FormatError(where + ": more than " + std::to_string(max_dims) + " dimensions");
+  for (const auto& x : *s) {
+    // Parsed JSON holds unsigned numbers; an index built in memory may hold signed ones.
+    const bool ok = x.is_number_unsigned() ? x.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)
+                                           : x.is_number_integer() && x.get<std::int64_t>() >= 0;
+    if (!ok) {
+      throw FormatError(where + ": \"shape\" holds something other than non-negative integers");
+    }
+  }
+}
+
+inline std::string offload_entry_where(const std::string& source, const std::string& name) {
+  return "offload index '" + source + "', tensor '" + printable_entry(name) + "'";
+}
+}  // namespace detail
+
+/// True when an index entry points into a safetensors file instead of a .dat file.
+inline bool is_safetensors_entry(const nlohmann::ordered_json& info) {
+  const auto f = info.find("safetensors_file");
+  return f != info.end() && !f->is_null();
+}
+
+/// The file that holds index entry `name`: `<folder>/<name>.dat`, or the entry's
+/// "safetensors_file" (absolute as recorded, relative against `folder`, never the current
+/// directory unless `folder` is empty). FormatError naming `source` and the tensor when the path
+/// leaves the folder or holds a NUL byte (io/confined_path.hpp).
+inline std::filesystem::path offload_entry_path(const std::filesystem::path& folder, const std::string& name,
+                                                const nlohmann::ordered_json& info, const std::string& source) {
+  const std::string where = detail::offload_entry_where(source, name);
+  if (is_safetensors_entry(info)) {
+    const auto& file = info.at("safetensors_file");
+    if (!file.is_string()) throw FormatError(where + ": \"safetensors_file\" is not a string");
+    return confined_path(folder, file.get_ref<const std::string&>(), where, AbsolutePath::allowed);
+  }
+  return confined_path(folder, name + std::string(offload_data_suffix), where);
+}
+
+/// Validates a parsed index: every value is a {"dtype", "shape"} entry or a safetensors entry, and
+/// every file it names stays inside the offload folder (offload_entry_path).
 inline void validate_offload_index(const OffloadIndex& index, const std::string& source) {
   if (!index.is_object()) throw FormatError("offload index '" + source + "' is not a JSON object");
   for (const auto& [name, e] : index.items()) {
-    const std::string where = "offload index '" + source + "', tensor '" + name + "'";
-    if (!e.is_object()) throw FormatError(where + ": entry is not an object");
-    if (auto f = e.find("safetensors_file"); f != e.end() && !f->is_null()) {
-      if (!f->is_string()) throw FormatError(where + ": \"safetensors_file\" is not a string");
-      if (auto w = e.find("weight_name"); w != e.end() && !w->is_string()) throw FormatError(where + ": \"weight_name\" is not a string");
-      if (auto d = e.find("dtype"); d != e.end()) {
-        if (!d->is_string()) throw FormatError(where + ": \"dtype\" is not a string");
-        (void)offload_dtype_from_name(d->get<std::string>(), name);
-      }
-      continue;
-    }
-    auto d = e.find("dtype");
-    auto s = e.find("shape");
-    if (d == e.end() || !d->is_string()) throw FormatError(where + ": missing string \"dtype\"");
-    (void)offload_dtype_from_name(d->get<std::string>(), name);
-    if (s == e.end() || !s->is_array()) throw FormatError(where + ": missing \"shape\" array");
-    if (s->size() > max_dims) throw FormatError(where + ": more than " + std::to_string(max_dims) + " dimensions");
-    for (const auto& x : *s) {
-      // Parsed JSON holds unsigned numbers; an index built in memory may hold signed ones.
-      const bool ok = x.is_number_unsigned() ? x.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)
-                                             : x.is_number_integer() && x.get<std::int64_t>() >= 0;
-      if (!ok) {
-        throw FormatError(where + ": \"shape\" holds something other than non-negative integers");
-      }
-    }
+    detail::validate_offload_entry(name, e, detail::offload_entry_where(source, name));
+    (void)offload_entry_path({}, name, e, source);
   }
 }
 
@@ -115,22 +158,26 @@ inline OffloadIndex parse_offload_index(std::string_view text, const std::string
 
 /// Reads and validates `<folder>/index.json`.
 inline OffloadIndex read_offload_index(const std::string& folder) {
-  const std::string path = (std::filesystem::path(folder) / "index.json").string();
+  const std::string path = (std::filesystem::path(folder) / offload_index_name).string();
   return parse_offload_index(read_small_file(path), path);
 }
 
 /// Writes `weight` to `<folder>/<name>.dat` (C order, raw little-endian bytes) and, when `index`
-/// is given, records {"dtype", "shape"} in it. Returns `index`.
+/// is given, records {"dtype", "shape"} in it. Returns `index`. A name whose file would leave the
+/// folder is a FormatError, as it is when read back.
 inline OffloadIndex* offload_weight(const Tensor& weight, const std::string& name, const std::string& folder,
                                     OffloadIndex* index = nullptr) {
   if (!weight.defined() || weight.is_meta()) throw ValueError("offload_weight: tensor '" + name + "' has no data");
+  const std::filesystem::path file =
+      offload_entry_path(folder, name, nlohmann::ordered_json::object(),
+                         (std::filesystem::path(folder) / offload_index_name).string());
   const Tensor host = (weight.is_cpu() && weight.is_contiguous()) ? weight : weight.to(Device::cpu()).contiguous();
   if (index) {
     nlohmann::ordered_json shape = nlohmann::ordered_json::array();
     for (auto e : host.shape()) shape.push_back(static_cast<std::uint64_t>(e));
     (*index)[name] = {{"dtype", offload_dtype_name(weight.dtype())}, {"shape", shape}};
   }
-  AtomicFile f((std::filesystem::path(folder) / (name + ".dat")).string());
+  AtomicFile f(file.string());
   f.write(host.data_ptr(), host.nbytes());
   f.commit();
   return index;
@@ -143,7 +190,7 @@ inline std::string offload_index_json(const OffloadIndex& index) { return index.
 /// does nothing for an empty index.
 inline void save_offload_index(const OffloadIndex& index, const std::string& folder) {
   if (index.is_null() || index.empty()) return;
-  const auto path = std::filesystem::path(folder) / "index.json";
+  const auto path = std::filesystem::path(folder) / offload_index_name;
   OffloadIndex current = OffloadIndex::object();
   if (std::filesystem::is_regular_file(path)) current = parse_offload_index(read_small_file(path.string()), path.string());
   for (const auto& [k, v] : index.items()) current[k] = v;
@@ -158,19 +205,18 @@ inline void offload_state_dict(const std::string& folder, const StateDict& state
   save_offload_index(index, folder);
 }
 
-/// Maps `weight_file` and views it as the tensor `info` describes (no copy). The file must hold
-/// at least the bytes the entry needs (np.memmap accepts a longer file too).
+/// Maps `weight_file` and views it as the tensor `info` describes (no copy). The file must be a
+/// regular file holding at least the bytes the entry needs (np.memmap accepts a longer file too).
+/// The path is the caller's: offload_entry_path gives the one an index entry names.
 inline Tensor load_offloaded_weight(const std::string& weight_file, const nlohmann::ordered_json& info) {
-  OffloadIndex one = OffloadIndex::object();
-  one[weight_file] = info;
-  validate_offload_index(one, weight_file);
+  detail::validate_offload_entry(weight_file, info, "offloaded weight '" + printable_entry(weight_file) + "'");
   const DType dtype = offload_dtype_from_name(info.at("dtype").get<std::string>(), weight_file);
   Shape shape;
   for (const auto& x : info.at("shape")) shape.push_back(x.get<std::int64_t>());
   const auto dims = std::vector<std::uint64_t>(shape.begin(), shape.end());
   const auto need = detail::checked_byte_size(dims, dtype);
   if (!need) throw FormatError("offloaded weight '" + weight_file + "': shape " + shape.str() + " overflows");
-  auto file = MappedFile::open(weight_file);
+  auto file = map_regular_file(weight_file);
   if (file->size() < *need) {
     throw FormatError("offloaded weight '" + weight_file + "' holds " + std::to_string(file->size()) + " bytes; " +
                       std::string(dtype_name(dtype)) + " shape " + shape.str() + " needs " + std::to_string(*need));
@@ -178,22 +224,18 @@ inline Tensor load_offloaded_weight(const std::string& weight_file, const nlohma
   return Tensor::from_storage(file->region(0, *need), dtype, shape);
 }
 
-/// True when an index entry points into a safetensors file instead of a .dat file.
-inline bool is_safetensors_entry(const nlohmann::ordered_json& info) {
-  const auto f = info.find("safetensors_file");
-  return f != info.end() && !f->is_null();
-}
-
 /// The tensor of index entry `name`: a mapped view of `<folder>/<name>.dat`, or the entry's
-/// safetensors tensor converted to its "dtype" when one is recorded.
+/// safetensors tensor converted to its "dtype" when one is recorded. Paths as offload_entry_path.
 inline Tensor load_offload_entry(const std::string& name, const nlohmann::ordered_json& info, const std::string& folder) {
+  const std::string source = (std::filesystem::path(folder) / offload_index_name).string();
+  const std::filesystem::path file = offload_entry_path(folder, name, info, source);
   if (is_safetensors_entry(info)) {
-    const auto f = SafetensorsFile::open(info["safetensors_file"].get<std::string>());
+    const auto f = SafetensorsFile::open(file.string());
     Tensor t = f.tensor(info.value("weight_name", name));
     if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), name));
     return t;
   }
-  return load_offloaded_weight((std::filesystem::path(folder) / (name + ".dat")).string(), info);
+  return load_offloaded_weight(file.string(), info);
 }
 
 /// Every weight of an offload folder, by name, as zero-copy views.
@@ -210,7 +252,7 @@ inline StateDict load_offloaded_weights(const std::string& folder) {
 /// Unlike Accelerate, safetensors entries are honoured too. KeyError when the model lacks a name.
 inline void load_offloaded_weights(nn::Module& model, const OffloadIndex& index, const std::string& offload_folder) {
   if (index.is_null() || index.empty()) return;
-  validate_offload_index(index, (std::filesystem::path(offload_folder) / "index.json").string());
+  validate_offload_index(index, (std::filesystem::path(offload_folder) / offload_index_name).string());
   for (const auto& [name, info] : index.items()) {
     nn::set_module_tensor_to_device(model, name, Device::cpu(), load_offload_entry(name, info, offload_folder));
   }
@@ -222,6 +264,7 @@ inline void load_offloaded_weights(nn::Module& model, const OffloadIndex& index,
 class OffloadedWeightsLoader {
  public:
   /// ValueError when all three sources are absent. The index defaults to save_folder/index.json.
+  /// Relative safetensors entries are taken from save_folder (the current directory without one).
   OffloadedWeightsLoader(std::optional<StateDict> state_dict, std::optional<std::string> save_folder,
                          std::optional<OffloadIndex> index = std::nullopt, std::optional<Device> device = std::nullopt)
       : state_(state_dict.value_or(StateDict{})), folder_(std::move(save_folder)), device_(device) {
@@ -229,9 +272,11 @@ class OffloadedWeightsLoader {
       throw ValueError("Need either a `state_dict`, a `save_folder` or an `index` containing offloaded weights.");
     }
     if (index) {
-      validate_offload_index(*index, "<index argument>");
+      source_ = "<index argument>";
+      validate_offload_index(*index, source_);
       index_ = std::move(*index);
     } else if (folder_) {
+      source_ = (std::filesystem::path(*folder_) / offload_index_name).string();
       index_ = read_offload_index(*folder_);
     } else {
       index_ = OffloadIndex::object();
@@ -254,14 +299,15 @@ class OffloadedWeightsLoader {
     const std::string k(key);
     if (!index_.contains(k)) throw KeyError("offloaded weights have no entry named '" + k + "'");
     const auto& info = index_[k];
+    const std::filesystem::path file = offload_entry_path(folder_.value_or(""), k, info, source_);
     if (is_safetensors_entry(info)) {
-      const SafetensorsFile& f = safetensors(info["safetensors_file"].get<std::string>());
+      const SafetensorsFile& f = safetensors(file.string());
       Tensor t = f.tensor(info.value("weight_name", k));
       if (info.contains("dtype")) t = t.to(offload_dtype_from_name(info["dtype"].get<std::string>(), k));
       return device_ ? t.to(*device_) : t;
     }
     if (!folder_) throw ValueError("offloaded weight '" + k + "' is a .dat entry but the loader has no save_folder");
-    Tensor t = load_offloaded_weight((std::filesystem::path(*folder_) / (k + ".dat")).string(), info);
+    Tensor t = load_offloaded_weight(file.string(), info);
     return device_ ? t.to(*device_) : t;
   }
   Tensor operator[](std::string_view key) const { return at(key); }
@@ -276,6 +322,7 @@ class OffloadedWeightsLoader {
 
   StateDict state_;
   std::optional<std::string> folder_;
+  std::string source_;  // names the index in errors
   OffloadIndex index_;
   std::optional<Device> device_;
   std::vector<std::string> keys_;

@@ -30,6 +30,7 @@
 #include "accel/core/mapped_file.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/regular_file.hpp"
 
 namespace accel::io {
 
@@ -255,10 +256,10 @@ inline SafetensorsHeader parse_safetensors_header(ByteSpan file, const std::stri
 /// A safetensors file mapped into memory. Cheap to copy (shares the mapping).
 class SafetensorsFile {
  public:
-  /// Maps and validates `path`; IOError if unreadable, FormatError if malformed.
+  /// Maps and validates `path`; IOError if unreadable or not a regular file, FormatError if malformed.
   static SafetensorsFile open(const std::string& path) {
     SafetensorsFile f;
-    f.file_ = MappedFile::open(path);
+    f.file_ = map_regular_file(path);
     f.header_ = std::make_shared<const SafetensorsHeader>(
         parse_safetensors_header(ByteSpan(f.file_->data(), f.file_->size()), path));
     return f;

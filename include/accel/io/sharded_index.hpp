@@ -6,7 +6,9 @@
 //   ShardedCheckpoint ck = ShardedCheckpoint::open(path); ck.tensor("w");
 //
 // Index format: {"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard file}}. Shard
-// names must be plain relative paths inside the index's folder (no "..", not absolute).
+// names are files inside the index's folder: relative, no NUL byte, never leading out of the
+// folder (io/confined_path.hpp); a shard is read as what its bytes show (io/checkpoint_format.hpp),
+// safetensors or a torch .bin.
 #pragma once
 
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <variant>
 #include <vector>
 
@@ -24,15 +27,13 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/checkpoint_format.hpp"
+#include "accel/io/confined_path.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/io/torch_bin.hpp"
 
 namespace accel::io {
-
-/// Index file names, as transformers spells them.
-inline constexpr const char* safe_weights_index_name = "model.safetensors.index.json";
-inline constexpr const char* weights_index_name = "pytorch_model.bin.index.json";
 
 /// A parsed, validated sharded-checkpoint index.
 struct ShardedIndex {
@@ -104,10 +105,7 @@ inline ShardedIndex parse_sharded_index(std::string_view text, const std::string
   for (const auto& [name, shard] : entries) {
     if (!shard) throw FormatError(where + ": shard of tensor '" + name + "' is not a string");
     const std::string& s = *shard;
-    const std::filesystem::path p(s);
-    bool escapes = s.empty() || p.is_absolute();
-    for (const auto& part : p) escapes |= part == "..";
-    if (escapes) throw FormatError(where + ": shard '" + s + "' of tensor '" + name + "' is not a file inside the checkpoint folder");
+    (void)confined_entry(s, where + ", shard of tensor '" + printable_entry(name) + "'");
     if (!ix.index.emplace(name, ix.weight_map.size()).second) {
       throw FormatError(where + ": tensor '" + name + "' listed twice");
     }
@@ -117,13 +115,20 @@ inline ShardedIndex parse_sharded_index(std::string_view text, const std::string
   return ix;
 }
 
-/// Reads `path` and checks that every shard it names exists beside it (FormatError naming the
-/// index, the missing shard and the first tensor the index places in it).
+/// The file of shard `shard` of the index at `index_path`: beside the index, confined to its
+/// folder (FormatError naming the index otherwise).
+inline std::filesystem::path sharded_index_shard_path(const std::string& index_path, std::string_view shard) {
+  return confined_path(std::filesystem::path(index_path).parent_path(), shard, "checkpoint index '" + index_path + "'");
+}
+
+/// Reads `path` and checks that every shard it names is a regular file beside it (FormatError
+/// naming the index, the shard and the first tensor the index places in it).
 inline ShardedIndex read_sharded_index(const std::string& path) {
   ShardedIndex ix = parse_sharded_index(read_small_file(path), path);
-  const auto dir = std::filesystem::path(path).parent_path();
   for (const auto& s : ix.shard_files) {
-    if (std::filesystem::is_regular_file(dir / s)) continue;
+    const std::filesystem::path full = sharded_index_shard_path(path, s);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(full, ec)) continue;
     std::size_t held = 0;
     const std::string* first = nullptr;
     for (const auto& [name, shard] : ix.weight_map) {
@@ -132,8 +137,9 @@ inline ShardedIndex read_sharded_index(const std::string& path) {
       ++held;
     }
     const std::string others = held > 1 ? " and " + std::to_string(held - 1) + " other tensor" + (held > 2 ? "s" : "") : "";
+    const bool exists = std::filesystem::exists(full, ec);
     throw FormatError("checkpoint index '" + path + "': shard '" + s + "' of tensor '" + *first + "'" + others +
-                      " does not exist (looked for '" + (dir / s).string() + "')");
+                      (exists ? " is not a regular file" : " does not exist") + " (looked for '" + full.string() + "')");
   }
   return ix;
 }
@@ -164,12 +170,12 @@ inline void write_sharded_index(const std::string& path, double total_size,
 /// on first use and kept open. Thread-safe.
 class ShardedCheckpoint {
  public:
+  /// Reads the index (read_sharded_index's checks); shards are opened on first use.
   static ShardedCheckpoint open(const std::string& index_path) {
     ShardedCheckpoint c;
     c.state_ = std::make_shared<State>();
     c.state_->index_path = index_path;
     c.state_->index = read_sharded_index(index_path);
-    c.state_->folder = std::filesystem::path(index_path).parent_path();
     return c;
   }
 
@@ -183,7 +189,9 @@ class ShardedCheckpoint {
   }
   bool contains(std::string_view name) const { return state_->index.shard_of(name) != nullptr; }
   /// Full path of the shard holding `name`; KeyError when absent.
-  std::string shard_path(std::string_view name) const { return (state_->folder / shard_name(name)).string(); }
+  std::string shard_path(std::string_view name) const {
+    return sharded_index_shard_path(state_->index_path, shard_name(name)).string();
+  }
 
   /// The tensor `name` (zero-copy on the CPU when the shard allows); FormatError if the shard
   /// does not hold the tensor the index promises.
@@ -193,12 +201,15 @@ class ShardedCheckpoint {
     std::unique_lock lock(s.mutex);
     auto it = s.open.find(shard);
     if (it == s.open.end()) {
-      const std::string full = (s.folder / shard).string();
+      const std::filesystem::path full = sharded_index_shard_path(s.index_path, shard);
       Shard opened;
-      if (full.size() >= 12 && full.ends_with(".safetensors")) {
-        opened = SafetensorsFile::open(full);
-      } else {
-        opened = load_torch_bin(full);
+      switch (const CheckpointFormat f = detect_checkpoint_format(full)) {
+        case CheckpointFormat::safetensors: opened = SafetensorsFile::open(full.string()); break;
+        case CheckpointFormat::torch_bin: opened = load_torch_bin(full.string()); break;
+        default:
+          require_readable({f, full});
+          throw FormatError("checkpoint index '" + s.index_path + "': shard '" + shard + "' is " +
+                            std::string(checkpoint_format_info(f).description) + ", not safetensors or a torch .bin");
       }
       it = s.open.emplace(shard, std::move(opened)).first;
     }
@@ -224,7 +235,6 @@ class ShardedCheckpoint {
   using Shard = std::variant<SafetensorsFile, StateDict>;
   struct State {
     std::string index_path;
-    std::filesystem::path folder;
     ShardedIndex index;
     std::mutex mutex;
     std::map<std::string, Shard, std::less<>> open;  // node-based: references stay valid

@@ -25,6 +25,8 @@
 #include "accel/core/byte_size.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/io/checkpoint_format.hpp"
+#include "accel/io/file_names.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/state_dict.hpp"
@@ -60,14 +62,16 @@ inline std::string shard_file_name(const std::string& weights_name, std::size_t 
     for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
     return s;
   };
-  std::string s = replace_all(weights_name, ".bin", std::string(tag) + ".bin");
-  return replace_all(s, ".safetensors", std::string(tag) + ".safetensors");
+  const std::string bin(checkpoint_format_info(CheckpointFormat::torch_bin).suffix);
+  const std::string safetensors(checkpoint_format_info(CheckpointFormat::safetensors).suffix);
+  std::string s = replace_all(weights_name, bin, std::string(tag) + bin);
+  return replace_all(s, safetensors, std::string(tag) + safetensors);
 }
 
 /// Plans shards over `items` (see the header comment). One shard keeps `weights_name` as is.
 /// Sizes are exact in eighths of a byte, so the comparisons are Accelerate's float ones.
 inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::int64_t max_shard_size,
-                             const std::string& weights_name = "pytorch_model.bin") {
+                             const std::string& weights_name = std::string(WEIGHTS_NAME)) {
   const ByteSize limit(convert_file_size_to_int(max_shard_size));
   ShardPlan plan;
   plan.shards.emplace_back();
@@ -101,13 +105,13 @@ inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::int64_t m
 
 /// As above with Accelerate's size strings ("10GB", "500MiB", "4Gb").
 inline ShardPlan plan_shards(const std::vector<ShardItem>& items, std::string_view max_shard_size,
-                             const std::string& weights_name = "pytorch_model.bin") {
+                             const std::string& weights_name = std::string(WEIGHTS_NAME)) {
   return plan_shards(items, convert_file_size_to_int(max_shard_size), weights_name);
 }
 
 /// Plans a state dict: sizes from shape and dtype, ties from shared storages.
 inline ShardPlan plan_shards(const StateDict& state, std::int64_t max_shard_size,
-                             const std::string& weights_name = "pytorch_model.bin") {
+                             const std::string& weights_name = std::string(WEIGHTS_NAME)) {
   std::vector<ShardItem> items;
   for (const auto& [name, t] : state) {
     items.push_back({name, t.dtype(), t.numel(), t.storage() ? static_cast<const void*>(t.storage().get()) : nullptr});
@@ -133,7 +137,7 @@ inline ShardPlan save_sharded(const StateDict& state, const std::string& folder,
   namespace fs = std::filesystem;
   if (fs::exists(folder) && !fs::is_directory(folder)) throw ValueError("save_sharded: '" + folder + "' is a file, not a folder");
   fs::create_directories(folder);
-  const std::string weights_name = safe_serialization ? "model.safetensors" : "pytorch_model.bin";
+  const std::string weights_name(safe_serialization ? SAFE_WEIGHTS_NAME : WEIGHTS_NAME);
   ShardPlan plan = plan_shards(state, max_shard_size, weights_name);
 
   std::vector<std::unique_ptr<AtomicFile>> staged;
@@ -152,7 +156,7 @@ inline ShardPlan save_sharded(const StateDict& state, const std::string& folder,
   }
   for (auto& f : staged) f->commit();
 
-  const fs::path index = fs::path(folder) / (safe_serialization ? safe_weights_index_name : weights_index_name);
+  const fs::path index = fs::path(folder) / (safe_serialization ? SAFE_WEIGHTS_INDEX_NAME : WEIGHTS_INDEX_NAME);
   if (plan.is_sharded()) {
     write_sharded_index(index.string(), plan.total_size.bytes(), plan.weight_map, plan.total_size_is_float);
   } else {
@@ -160,8 +164,9 @@ inline ShardPlan save_sharded(const StateDict& state, const std::string& folder,
   }
 
   const std::set<std::string> keep(plan.filenames.begin(), plan.filenames.end());
-  const std::string stem = safe_serialization ? "model" : "pytorch_model";
-  const std::string suffix = safe_serialization ? ".safetensors" : ".bin";
+  const std::string stem(safe_serialization ? SAFE_MODEL_NAME : MODEL_NAME);
+  const std::string suffix(
+      checkpoint_format_info(safe_serialization ? CheckpointFormat::safetensors : CheckpointFormat::torch_bin).suffix);
   static const std::regex numbered("-\\d{5}-of-\\d{5}");
   for (const auto& e : fs::directory_iterator(folder)) {
     const std::string f = e.path().filename().string();

@@ -26,7 +26,9 @@
 #include "accel/core/mapped_file.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/checkpoint_format.hpp"
 #include "accel/io/pickle.hpp"
+#include "accel/io/regular_file.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/io/zip.hpp"
 
@@ -227,8 +229,20 @@ inline StateDict parse_torch_zip(ByteSpan bytes, const std::string& source, cons
 
 }  // namespace detail
 
+namespace detail {
+/// A pickle where the zip should start is torch.save's legacy format: refused by name, not
+/// reported as a damaged zip.
+inline void refuse_legacy_pickle(ByteSpan bytes, const std::string& source) {
+  if (sniff_checkpoint_format(bytes.first(std::min<std::size_t>(bytes.size(), 16)), bytes.size()) ==
+      CheckpointFormat::torch_legacy) {
+    require_readable({CheckpointFormat::torch_legacy, source});
+  }
+}
+}  // namespace detail
+
 /// Parses a torch.save archive held in memory; tensors own copies of their bytes.
 inline StateDict parse_torch_bin(ByteSpan bytes, const std::string& source) {
+  detail::refuse_legacy_pickle(bytes, source);
   return detail::parse_torch_zip(bytes, source, [&](std::uint64_t off, std::uint64_t n, DType) {
     Storage s = Storage::allocate(Device::cpu(), static_cast<std::size_t>(n));
     if (n) std::memcpy(s.data(), bytes.data() + off, static_cast<std::size_t>(n));
@@ -237,9 +251,11 @@ inline StateDict parse_torch_bin(ByteSpan bytes, const std::string& source) {
 }
 
 /// Loads a torch.save checkpoint through a memory map: tensors are read-only views of the file
-/// (a storage whose entry is not aligned for its dtype is copied instead).
+/// (a storage whose entry is not aligned for its dtype is copied instead). FormatError for the
+/// legacy pickle format, IOError for anything but a regular file.
 inline StateDict load_torch_bin(const std::string& path) {
-  auto file = MappedFile::open(path);
+  auto file = map_regular_file(path);
+  detail::refuse_legacy_pickle(ByteSpan(file->data(), file->size()), path);
   return detail::parse_torch_zip(ByteSpan(file->data(), file->size()), path,
                                  [&](std::uint64_t off, std::uint64_t n, DType d) {
                                    if (off % itemsize(d) == 0) return file->region(off, n);
