@@ -10,12 +10,13 @@
 //
 // Matching is leftmost-longest, as the tokenizers library's Aho-Corasick matcher: the earliest
 // position where some token starts wins, and there the longest token. Per token, as there:
-// `single_word` rejects a match with a word character (letter, number, '_') right before or after
-// it (the text it covered stays plain); `lstrip` / `rstrip` take the white space on that side into
-// the match, so it disappears from the output; `normalized` tokens are matched in normalized text
-// (the Tokenizer runs two matchers, one before and one after normalization); `special` tokens are
-// the ones decode(..., skip_special_tokens=true) drops. A match costs at most the length of the
-// longest added token per text position, so the split is linear in the text.
+// `single_word` rejects a match with a word character (\w as is_word_char reads it: letters,
+// marks, decimal digits, '_', ...) right before or after it (the text it covered stays plain);
+// `lstrip` / `rstrip` take the white space on that side into the match, so it disappears from the
+// output; `normalized` tokens are matched in normalized text (the Tokenizer runs two matchers,
+// one before and one after normalization); `special` tokens are the ones
+// decode(..., skip_special_tokens=true) drops. A match costs at most the length of the longest
+// added token per text position, so the split is linear in the text.
 #pragma once
 
 #include <algorithm>

@@ -11,7 +11,7 @@
 // first alternative that matches at `pos` wins, greedy runs backtrack only as far as a lookahead
 // forces. Every character is a letter, a number, a space or "other", and each pattern has an
 // alternative for each class, so the matches cover the text with no gaps. Letters and numbers
-// come from the Unicode 14.0 tables of unicode_tables.hpp. The case-insensitive contractions of
+// come from the Unicode 16.0 tables of unicode_tables.hpp. The case-insensitive contractions of
 // the LLaMA-3 pattern fold ASCII letters and U+017F (long s, which folds to 's').
 #pragma once
 

@@ -15,7 +15,14 @@
 // is bytes: invalid UTF-8 is encoded too (byte-level models have a token for every byte; byte
 // fallback gives "<0xNN>" tokens; otherwise the unk token, or nothing when there is none).
 // decode looks ids up (added tokens first), drops special ones when asked, and runs the decoder.
-// An id that is no token is a ValueError naming it (the tokenizers library skips it silently).
+// An added token with normalized = true goes to the decoder as the normalizer rewrites it (the
+// form it was matched in: "hi" is "▁hi" under LLaMA-2's normalizer, decoded " hi"), as in the
+// tokenizers library. Differences: an id that is no token is a ValueError naming it (the
+// tokenizers library skips it silently); a special token is dropped by its id, also when its
+// normalized form differs from its content (the tokenizers library then keeps it); added tokens
+// keep the ids the file gives them (the tokenizers library gives one the vocabulary holds the
+// vocabulary's id and numbers the others in file order after the vocabulary, whatever the file
+// says; in files it writes the two agree).
 // "truncation" and "padding" are ignored: encode takes one text and returns all of its ids.
 // Everything is read-only after construction: one Tokenizer serves any number of threads.
 #pragma once
@@ -73,7 +80,9 @@ class Tokenizer {
     if (const auto it = added_by_content_.find(token); it != added_by_content_.end()) return added_[it->second].id;
     return model_.token_to_id(token);
   }
-  /// The token of an id, as token_to_id spells it; nullopt when the id is no token.
+  /// The token of an id, as token_to_id spells it; nullopt when the id is no token. (For an added
+  /// token with normalized = true the tokenizers library answers its normalized form, the one
+  /// decode uses; here it is the token's content, so that token_to_id finds it again.)
   std::optional<std::string> id_to_token(TokenId id) const {
     const std::string* t = find_token(id);
     return t ? std::optional<std::string>(*t) : std::nullopt;
@@ -113,6 +122,11 @@ class Tokenizer {
     if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) return &added_[it->second].content;
     return model_.id_to_token(id);
   }
+  // The string decode hands the decoder: an added token's normalized form.
+  const std::string* find_decoded_token(TokenId id) const {
+    if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) return &added_decoded_[it->second];
+    return model_.id_to_token(id);
+  }
   std::optional<TokenId> special_named(std::initializer_list<std::string_view> names) const {
     for (const std::string_view name : names) {
       if (const auto it = added_by_content_.find(name); it != added_by_content_.end() && added_[it->second].special) {
@@ -130,6 +144,7 @@ class Tokenizer {
   Decoder decoder_;
   PostProcessor post_processor_;
   std::vector<AddedToken> added_;
+  std::vector<std::string> added_decoded_;  // per added token: what decode passes on
   std::unordered_map<std::string, std::size_t, StringHash, std::equal_to<>> added_by_content_;
   std::unordered_map<TokenId, std::size_t> added_by_id_;
   std::unordered_set<TokenId> special_ids_;
@@ -158,8 +173,9 @@ inline Tokenizer Tokenizer::from_json(std::string_view json, const std::string& 
     t.added_by_id_.emplace(a.id, i);
     if (a.special) t.special_ids_.insert(a.id);
     if (!t.model_.token_to_id(a.content)) ++t.vocab_size_;  // counted as the tokenizers library counts
-    // A normalized token is looked for as the normalizer would have rewritten it.
-    const std::string pattern = a.normalized ? t.normalizer_.apply(a.content) : a.content;
+    // A normalized token is looked for, and decoded, as the normalizer would have rewritten it.
+    std::string pattern = a.normalized ? t.normalizer_.apply(a.content) : a.content;
+    t.added_decoded_.push_back(pattern);
     if (!pattern.empty()) {
       (a.normalized ? t.normalized_matcher_ : t.raw_matcher_).add(pattern, static_cast<std::int32_t>(i));
     }
@@ -229,7 +245,7 @@ inline std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_spe
   tokens.reserve(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const TokenId id = ids[i];
-    const std::string* token = find_token(id);
+    const std::string* token = find_decoded_token(id);
     if (!token) {
       throw ValueError("Tokenizer::decode: id " + std::to_string(id) + " (at position " + std::to_string(i) +
                        ") is not a token of this tokenizer (" + std::to_string(vocab_size_) + " tokens)");

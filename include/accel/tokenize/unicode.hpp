@@ -126,11 +126,14 @@ constexpr CharClass char_class(char32_t cp) noexcept {
   return cp < 256 ? detail::latin1_classes[cp] : detail::classify(cp);
 }
 
-/// \w as the added-token matcher reads it: letters, numbers and '_'. (Rust's \w also counts
-/// combining marks and connector punctuation; a token next to those counts as a single word.)
+/// \w as the added-token matcher reads it (the Rust regex crate's): Alphabetic, marks, decimal
+/// numbers, connector punctuation and Join_Control. Not every letter-or-number: '²' (No) is no
+/// word character, 'Ⓐ' (So, Alphabetic) and a combining accent are. False for an invalid byte.
 constexpr bool is_word_char(char32_t cp) noexcept {
-  const CharClass c = char_class(cp);
-  return c == CharClass::letter || c == CharClass::number || cp == U'_';
+  if (cp < 0x80) {
+    return (cp >= U'0' && cp <= U'9') || (cp >= U'A' && cp <= U'Z') || (cp >= U'a' && cp <= U'z') || cp == U'_';
+  }
+  return detail::in_ranges(word_ranges, cp);
 }
 
 /// Appends cp (a valid code point) to out as UTF-8.
@@ -156,5 +159,6 @@ static_assert(char_class(U'A') == CharClass::letter && char_class(U'7') == CharC
 static_assert(char_class(U'\u00e9') == CharClass::letter && char_class(U'\u65e5') == CharClass::letter);
 static_assert(char_class(U'\u00a0') == CharClass::space && char_class(U'!') == CharClass::other);
 static_assert(decode_unit("\xC3\xA9", 0).cp == U'\u00e9' && decode_unit("\xC0\x80", 0).size == 1);
+static_assert(is_word_char(U'_') && is_word_char(U'\u0301') && is_word_char(U'\u24B6') && !is_word_char(U'\u00b2'));
 
 }  // namespace accel::tokenize
