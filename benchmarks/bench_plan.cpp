@@ -66,11 +66,11 @@ const accel::nn::Module& model() {
 
 accel::plan::MaxMemory budgets() {
   using accel::ByteSize;
-  using accel::plan::MemoryKey;
+  using accel::Placement;
   accel::plan::MaxMemory mm;
-  for (int i = 0; i < 4; ++i) mm.emplace_back(MemoryKey::gpu(i), ByteSize(accel::convert_file_size_to_int("40GB")));
-  mm.emplace_back(MemoryKey::cpu(), ByteSize(accel::convert_file_size_to_int("64GB")));
-  mm.emplace_back(MemoryKey::disk(), ByteSize(accel::convert_file_size_to_int("1000GB")));
+  for (int i = 0; i < 4; ++i) mm.add(Placement::gpu(i), ByteSize(accel::convert_file_size_to_int("40GB")));
+  mm.add(Placement::cpu(), ByteSize(accel::convert_file_size_to_int("64GB")));
+  mm.add(Placement::disk(), ByteSize(accel::convert_file_size_to_int("1000GB")));
   return mm;
 }
 

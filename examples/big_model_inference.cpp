@@ -76,7 +76,7 @@ std::string budget_str(const accel::MaxMemory& mm) {
   std::string out;
   for (const auto& [key, size] : mm) {
     char buf[64];
-    if (key.kind == accel::MemoryKey::Kind::disk) std::snprintf(buf, sizeof buf, "disk");
+    if (key.is_disk()) std::snprintf(buf, sizeof buf, "disk");
     else std::snprintf(buf, sizeof buf, "%s=%.1fMiB", key.str().c_str(), mib(size.bytes()));
     out += (out.empty() ? "" : ",") + std::string(buf);
   }
@@ -138,11 +138,11 @@ int main(int argc, char** argv) try {
   // 3. The device map under the budget (GPUs would come first when present; this runs on the cpu).
   const MaxMemory max_memory =
       args.max_memory ? parse_max_memory(*args.max_memory)
-                      : MaxMemory{{MemoryKey::cpu(), ByteSize(static_cast<std::int64_t>(sizes.total_size.bytes() * 0.6))},
-                                  {MemoryKey::disk(), ByteSize(std::int64_t{1} << 50)}};
+                      : MaxMemory{{Placement::cpu(), ByteSize(static_cast<std::int64_t>(sizes.total_size.bytes() * 0.6))},
+                                  {Placement::disk(), ByteSize(std::int64_t{1} << 50)}};
   std::optional<double> cpu_budget;
   for (const auto& [key, size] : max_memory) {
-    if (key.kind == MemoryKey::Kind::cpu) cpu_budget = size.bytes();
+    if (key.is_cpu()) cpu_budget = size.bytes();
   }
   InferOptions opts;
   opts.no_split_module_classes = model->no_split_modules();

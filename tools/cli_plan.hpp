@@ -102,16 +102,6 @@ inline std::string join_values(const std::vector<std::string>& values) {
   return out;
 }
 
-inline void add_reserve(plan::MaxMemory& reserve, plan::MemoryKey key, ByteSize bytes) {
-  for (auto& [k, v] : reserve) {
-    if (k == key) {
-      v += bytes;
-      return;
-    }
-  }
-  reserve.emplace_back(key, bytes);
-}
-
 /// The KV cache of `r` for MODEL's config, shared out over the GPUs that have a budget.
 inline KVCacheReserve kv_cache_reserve(const std::string& model, const KVCacheRequest& r, DType dtype,
                                        const plan::MaxMemory& budgets) {
@@ -122,10 +112,10 @@ inline KVCacheReserve kv_cache_reserve(const std::string& model, const KVCacheRe
   kv.total = plan::estimate_kv_cache_bytes(kv.shape);
   std::vector<int> gpus;
   for (const auto& [k, v] : budgets) {
-    if (k.is_gpu() && v > ByteSize{}) gpus.push_back(k.index);
+    if (k.is_gpu() && v > ByteSize{}) gpus.push_back(k.index());
   }
   kv.on_gpus = !gpus.empty();
-  kv.share = gpus.empty() ? plan::MaxMemory{{plan::MemoryKey::cpu(), kv.total}} : plan::spread_kv_cache_reserve(kv.total, gpus);
+  kv.share = gpus.empty() ? plan::MaxMemory{{Placement::cpu(), kv.total}} : plan::spread_kv_cache_reserve(kv.total, gpus);
   return kv;
 }
 
@@ -137,7 +127,7 @@ inline std::string kv_cache_note(const KVCacheReserve& kv) {
   return "KV cache: 2 x " + std::to_string(s.layers) + " layers x " + std::to_string(s.kv_heads) + " KV heads x " +
          std::to_string(s.head_dim) + " head dim x " + std::to_string(s.max_seq) + " tokens x batch " +
          std::to_string(s.batch) + " in " + std::string(dtype_name(s.dtype)) + " = " + human_bytes(kv.total.bytes()) +
-         ", reserved on " + (kv.on_gpus ? "GPU " : "cpu") + where + " (" + human_bytes(kv.share.front().second.bytes()) +
+         ", reserved on " + (kv.on_gpus ? "GPU " : "cpu") + where + " (" + human_bytes(kv.share.begin()->second.bytes()) +
          (kv.share.size() > 1 ? " each" : "") + ")";
 }
 
@@ -185,14 +175,12 @@ inline PlanResult compute_plan(const PlanRequest& r, std::ostream& log) {
   p.reserve = r.reserve;
   if (r.kv_cache) {
     p.kv_cache = detail::kv_cache_reserve(r.model, *r.kv_cache, r.dtype.value_or(DType::f32), r.budgets);
-    for (const auto& [k, v] : p.kv_cache->share) detail::add_reserve(p.reserve, k, v);
+    for (const auto& [k, v] : p.kv_cache->share) p.reserve.add(k, v);
   }
   plan::MaxMemory placed_under = r.budgets;
   if (r.balanced) {
     plan::MaxMemory free = r.budgets;
-    for (auto& [k, v] : free) {
-      if (const ByteSize* reserved = plan::find_budget(p.reserve, k)) v = *reserved > v ? ByteSize{} : v - *reserved;
-    }
+    for (const auto& [k, v] : p.reserve) free.reserve(k, v);
     placed_under = plan::get_balanced_memory(*model, free, o.no_split_module_classes, o.sizes, r.low_zero);
     p.balanced_budgets = placed_under;
   } else {
@@ -213,10 +201,10 @@ inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::
     return;
   }
   std::vector<std::vector<std::string>> rows;
-  std::map<std::string, ByteSize> per_device;
+  std::map<Placement, ByteSize> per_device;
   for (const auto& [name, placement] : p.device_map) {
     rows.push_back({name.empty() ? "(whole model)" : name, placement.str(), human_bytes(p.sizes[name].bytes())});
-    per_device[placement.str()] += p.sizes[name];
+    per_device[placement] += p.sizes[name];
   }
   if (!kv_note.empty()) out << kv_note << "\n";
   print_table(out, {"module", "device", "size"}, rows);
@@ -225,18 +213,18 @@ inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::
   if (balanced) headers.push_back("balanced budget");
   std::vector<std::vector<std::string>> totals;
   for (const auto& [k, budget] : p.budgets) {
-    const auto it = per_device.find(k.str());
-    const ByteSize* reserved = plan::find_budget(p.reserve, k);
+    const auto it = per_device.find(k);
+    const ByteSize* reserved = p.reserve.find(k);
     std::vector<std::string> row = {k.str(), human_bytes(it == per_device.end() ? 0.0 : it->second.bytes()),
                                     human_bytes(reserved ? reserved->bytes() : 0.0), human_bytes(budget.bytes())};
     if (balanced) {
-      const ByteSize* b = plan::find_budget(*p.balanced_budgets, k);
+      const ByteSize* b = p.balanced_budgets->find(k);
       row.push_back(human_bytes(b ? b->bytes() : 0.0));
     }
     totals.push_back(std::move(row));
   }
-  if (!plan::find_budget(p.budgets, plan::MemoryKey::disk()) && per_device.count("disk")) {
-    std::vector<std::string> row = {"disk", human_bytes(per_device["disk"].bytes()), human_bytes(0.0), "unbounded"};
+  if (const auto disk = per_device.find(Placement::disk()); !p.budgets.find(Placement::disk()) && disk != per_device.end()) {
+    std::vector<std::string> row = {disk->first.str(), human_bytes(disk->second.bytes()), human_bytes(0.0), "unbounded"};
     if (balanced) row.push_back("unbounded");
     totals.push_back(std::move(row));
   }

@@ -91,23 +91,27 @@ inline ByteSize parse_size(std::string_view option, std::string_view text) {
                    "' is not a size (bytes, or a number with a unit: 512MB, 1.5GiB)");
 }
 
-/// "0=20GiB,1=20GiB,cpu=64GB": DEVICE=SIZE items (devices 0, 1, ..., cuda:N, mps, cpu, disk) in
-/// Accelerate's device order; a device named twice is an error. Errors name `option` and the item.
+/// "0=20GiB,1=20GiB,cpu=64GB": DEVICE=SIZE items (devices 0, 1, ..., cuda:N, cpu, disk; mps is a
+/// DeviceError) in Accelerate's device order; a device named twice is an error. Errors name
+/// `option` and the item.
 inline plan::MaxMemory parse_memory_list(std::string_view option, std::string_view text) {
-  plan::MaxMemory mm;
+  // Every item is read before any is inserted, so a malformed item is reported before a repeat.
+  std::vector<plan::MaxMemory::Entry> items;
   const std::string opt(option);
   for (const auto& item : split_list(std::string(text))) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw ValueError(opt + ": '" + item + "' is not DEVICE=SIZE");
-    plan::MemoryKey key;
+    Placement key;
     try {
-      key = plan::MemoryKey::parse(item.substr(0, eq));
+      key = plan::parse_memory_key(item.substr(0, eq));
     } catch (const ValueError& e) {
       throw ValueError(opt + ": " + e.what());
     }
-    mm.emplace_back(key, parse_size(opt + " " + item.substr(0, eq), std::string_view(item).substr(eq + 1)));
+    items.emplace_back(key, parse_size(opt + " " + item.substr(0, eq), std::string_view(item).substr(eq + 1)));
   }
   try {
+    plan::MaxMemory mm;
+    for (const auto& [k, v] : items) mm.insert(k, v);
     return plan::get_max_memory(std::move(mm));
   } catch (const ValueError& e) {
     throw ValueError(opt + ": " + e.what());

@@ -69,14 +69,14 @@ inline plan::MaxMemory max_memory_arg(const ojson& args) {
   if (!j.is_object()) throw ValueError("max_memory must be an object, got " + j.dump());
   plan::MaxMemory mm;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const auto key = plan::MemoryKey::parse(it.key());
+    const Placement key = plan::parse_memory_key(it.key());
     ByteSize v;
     if (it.value().is_number_float()) {
       v = ByteSize::from_bits(static_cast<std::int64_t>(it.value().get<double>() * 8));
     } else {
       v = ByteSize(size_arg(it.value(), "max_memory[" + it.key() + "]"));
     }
-    mm.emplace_back(key, v);
+    mm.insert(key, v);
   }
   return mm;
 }

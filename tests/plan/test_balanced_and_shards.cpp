@@ -8,7 +8,6 @@
 
 using namespace accel;
 using plan::MaxMemory;
-using plan::MemoryKey;
 
 namespace {
 std::shared_ptr<nn::Module> spec(const char* name) {
@@ -18,22 +17,22 @@ std::shared_ptr<nn::Module> spec(const char* name) {
 
 TEST_CASE("get_balanced_memory spreads the model over the GPUs", "[plan][balanced]") {
   auto m = spec("toy_model_for_test");
-  MaxMemory mm{{MemoryKey::gpu(0), ByteSize(300)}, {MemoryKey::gpu(1), ByteSize(300)}};
+  MaxMemory mm{{Placement::gpu(0), ByteSize(300)}, {Placement::gpu(1), ByteSize(300)}};
   auto b = get_balanced_memory(*m, mm);
-  CHECK(b[0].second == ByteSize(215));  // 236 // 2 + int(1.25 * 78)
-  CHECK(b[1].second == ByteSize(300));  // the last GPU keeps its budget
-  mm.emplace_back(MemoryKey::gpu(2), ByteSize(300));
+  CHECK(b.entries()[0].second == ByteSize(215));  // 236 // 2 + int(1.25 * 78)
+  CHECK(b.entries()[1].second == ByteSize(300));  // the last GPU keeps its budget
+  mm.add(Placement::gpu(2), ByteSize(300));
   b = get_balanced_memory(*m, mm, {}, {}, /*low_zero=*/true);
-  CHECK(b[0].second == ByteSize(0));
-  CHECK(b[1].second == ByteSize(215));
+  CHECK(b.entries()[0].second == ByteSize(0));
+  CHECK(b.entries()[1].second == ByteSize(215));
   // Ids need not start at 0 and disk passes through (Accelerate crashes on both).
-  MaxMemory odd{{MemoryKey::gpu(3), ByteSize(300)}, {MemoryKey::gpu(1), ByteSize(300)}, {MemoryKey::disk(), ByteSize(1000)}};
+  MaxMemory odd{{Placement::gpu(3), ByteSize(300)}, {Placement::gpu(1), ByteSize(300)}, {Placement::disk(), ByteSize(1000)}};
   b = get_balanced_memory(*m, odd, {}, {}, true);
   REQUIRE(b.size() == 3);
-  CHECK(b[0].first == MemoryKey::gpu(1));
-  CHECK(b[2].first == MemoryKey::disk());
-  CHECK(b[2].second == ByteSize(1000));
-  MaxMemory cpu{{MemoryKey::cpu(), ByteSize(10)}};
+  CHECK(b.entries()[0].first == Placement::gpu(1));
+  CHECK(b.entries()[2].first == Placement::disk());
+  CHECK(b.entries()[2].second == ByteSize(1000));
+  MaxMemory cpu{{Placement::cpu(), ByteSize(10)}};
   CHECK(get_balanced_memory(*m, cpu) == cpu);
 }
 

@@ -47,12 +47,35 @@ TEST_CASE("check_device_map requires every tensor exactly once", "[plan][device_
 TEST_CASE("max_memory keys are ordered and validated as Accelerate does", "[plan][max_memory]") {
   const auto mm = plan::parse_max_memory("cpu=1GB,disk=2GiB,1=10MB,0=5");
   REQUIRE(mm.size() == 4);
-  CHECK(mm[0].first == plan::MemoryKey::gpu(0));
-  CHECK(mm[0].second == ByteSize(5));
-  CHECK(mm[1].second == ByteSize(10'000'000));
-  CHECK(mm[2].first == plan::MemoryKey::cpu());
-  CHECK(mm[3].second == ByteSize(2147483648LL));
+  CHECK(mm.entries()[0].first == Placement::gpu(0));
+  CHECK(mm.entries()[0].second == ByteSize(5));
+  CHECK(mm.entries()[1].second == ByteSize(10'000'000));
+  CHECK(mm.entries()[2].first == Placement::cpu());
+  CHECK(mm.entries()[3].second == ByteSize(2147483648LL));
   CHECK_THROWS_AS(plan::parse_max_memory("gpu=10"), ValueError);
   CHECK_THROWS_AS(plan::parse_max_memory("0=1GB,0=2GB"), ValueError);
   CHECK_THROWS_AS(plan::parse_max_memory("0"), ValueError);
+}
+
+TEST_CASE("MaxMemory keeps Accelerate's order, sums additions and floors reserves", "[plan][max_memory]") {
+  plan::MaxMemory mm;
+  mm.add(Placement::disk(), ByteSize(9));
+  mm.add(Placement::cpu(), ByteSize(5));
+  mm.add(Placement::gpu(1), ByteSize(3));
+  mm.add(Placement::gpu(0), ByteSize(2));
+  mm.add(Placement::gpu(1), ByteSize(4));
+  REQUIRE(mm.size() == 4);
+  CHECK(mm.entries()[0].first == Placement::gpu(0));
+  CHECK(mm.entries()[1] == plan::MaxMemory::Entry{Placement::gpu(1), ByteSize(7)});
+  CHECK(mm.entries()[3].first == Placement::disk());
+  mm.reserve(Placement::cpu(), ByteSize(2));
+  mm.reserve(Placement::gpu(0), ByteSize(10));
+  mm.reserve(Placement::gpu(5), ByteSize(1));  // no budget: nothing to take from
+  CHECK(*mm.find(Placement::cpu()) == ByteSize(3));
+  CHECK(*mm.find(Placement::gpu(0)) == ByteSize(0));
+  CHECK(mm.find(Placement::gpu(5)) == nullptr);
+  CHECK_THROWS_AS(mm.insert(Placement::cpu(), ByteSize(1)), ValueError);
+  CHECK_THROWS_AS(mm.add(Placement(Device::meta()), ByteSize(1)), ValueError);
+  CHECK(plan::parse_memory_key("cuda:2") == Placement::gpu(2));
+  CHECK_THROWS_AS(plan::parse_memory_key("mps"), DeviceError);
 }

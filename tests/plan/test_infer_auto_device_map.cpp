@@ -11,7 +11,6 @@
 
 using namespace accel;
 using plan::MaxMemory;
-using plan::MemoryKey;
 
 namespace {
 std::shared_ptr<nn::Module> spec(const char* name) {
@@ -21,7 +20,7 @@ std::string dump(const DeviceMap& dm) { return plan::to_ordered_json(dm).dump();
 MaxMemory gpus(std::initializer_list<std::int64_t> budgets) {
   MaxMemory mm;
   int i = 0;
-  for (auto b : budgets) mm.emplace_back(MemoryKey::gpu(i++), ByteSize(b));
+  for (auto b : budgets) mm.add(Placement::gpu(i++), ByteSize(b));
   return mm;
 }
 }  // namespace
@@ -33,7 +32,7 @@ TEST_CASE("The main devices keep room for the largest layer not placed yet", "[p
   CHECK(dump(infer_auto_device_map(*m, gpus({200, 200}))) == R"({"linear1":0,"batchnorm":1,"linear2":1})");
   // GPU 1 has no reserve: 172 = 72 + 100 exactly.
   CHECK(dump(infer_auto_device_map(*m, gpus({200, 172, 200}))) == R"({"linear1":0,"batchnorm":1,"linear2":1})");
-  MaxMemory cpu_only{{MemoryKey::cpu(), ByteSize(235)}};
+  MaxMemory cpu_only{{Placement::cpu(), ByteSize(235)}};
   CHECK(dump(infer_auto_device_map(*m, cpu_only)) == R"({"linear1":"cpu","batchnorm":"disk","linear2":"disk"})");
   plan::InferOptions no_clean;
   no_clean.clean_result = false;
@@ -59,7 +58,7 @@ TEST_CASE("verbose explains the decisions; warnings report buffers that fit no G
   o.log = &log;
   o.warnings = &warn;
   MaxMemory mm = gpus({400});
-  mm.emplace_back(MemoryKey::cpu(), ByteSize(1'000'000'000));
+  mm.add(Placement::cpu(), ByteSize(1'000'000'000));
   CHECK(dump(infer_auto_device_map(*m, mm, o)) == R"({"linear1":0,"batchnorm":"cpu","linear2":"cpu"})");
   CHECK(log.str().find("Treating module batchnorm") != std::string::npos);
   CHECK(log.str().find("Not enough space on 0") != std::string::npos);
@@ -116,8 +115,8 @@ TEST_CASE("The runtime reserve shrinks budgets; without it maps are Accelerate's
   // 238 - 2 = 236: everything still fits; 237 - 2 = 235 spills like Accelerate's 235.
   CHECK(dump(infer_auto_device_map(*m, gpus({238}), o)) == R"({"":0})");
   CHECK(dump(infer_auto_device_map(*m, gpus({237}), o)) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
-  MaxMemory with_mps{{MemoryKey::mps(), ByteSize(100)}};
-  CHECK_THROWS_AS(infer_auto_device_map(*m, with_mps), DeviceError);
+  // mps is an Accelerate device but no accel one: its budget is refused before any planning.
+  CHECK_THROWS_AS(infer_auto_device_map(*m, plan::parse_max_memory("mps=100")), DeviceError);
 }
 
 TEST_CASE("A policy bundle sizes in its precision and keeps room for prefetched layers", "[plan][infer][policy]") {
@@ -130,15 +129,15 @@ TEST_CASE("A policy bundle sizes in its precision and keeps room for prefetched 
 
   // prefetch<2> keeps two more of the largest layer (100 bytes) free on the execution device.
   using Prefetch2 = policies<policy::prefetch<2>>;
-  CHECK(offload_policy_reserve<Prefetch2>(*m, gpus({436, 500}), {}) == MaxMemory{{MemoryKey::gpu(0), ByteSize(200)}});
-  CHECK(offload_policy_reserve<Prefetch2>(*m, {{MemoryKey::cpu(), ByteSize(1000)}}, {}) ==
-        MaxMemory{{MemoryKey::cpu(), ByteSize(200)}});
+  CHECK(offload_policy_reserve<Prefetch2>(*m, gpus({436, 500}), {}) == MaxMemory{{Placement::gpu(0), ByteSize(200)}});
+  CHECK(offload_policy_reserve<Prefetch2>(*m, {{Placement::cpu(), ByteSize(1000)}}, {}) ==
+        MaxMemory{{Placement::cpu(), ByteSize(200)}});
   CHECK(offload_policy_reserve<policies<policy::sync_offload>>(*m, gpus({436}), {}).empty());
   CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({436}))) == R"({"":0})");
   CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({435}))) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
   // The policy's reserve adds to the caller's.
   plan::InferOptions with_reserve;
-  with_reserve.reserve = {{MemoryKey::gpu(0), ByteSize(10)}};
+  with_reserve.reserve = {{Placement::gpu(0), ByteSize(10)}};
   CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({446}), with_reserve)) == R"({"":0})");
   CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({445}), with_reserve)) != R"({"":0})");
 

@@ -99,12 +99,12 @@ TEST_CASE("A config's KV cache spread over the GPUs becomes a planner reserve", 
   const ByteSize kv = plan::estimate_kv_cache_bytes(plan::kv_cache_shape_from_hf_config(config("llama2_7b"), 4096, 1, DType::f16));
   const plan::MaxMemory r = plan::spread_kv_cache_reserve(kv, {0, 1}, ByteSize(512LL << 20));
   REQUIRE(r.size() == 2);
-  CHECK(r[0].first == plan::MemoryKey::gpu(0));
-  CHECK(r[1].first == plan::MemoryKey::gpu(1));
-  CHECK(r[0].second == ByteSize((1LL << 30) + (512LL << 20)));
-  CHECK(r[1].second == ByteSize((1LL << 30) + (512LL << 20)));
+  CHECK(r.entries()[0].first == Placement::gpu(0));
+  CHECK(r.entries()[1].first == Placement::gpu(1));
+  CHECK(r.entries()[0].second == ByteSize((1LL << 30) + (512LL << 20)));
+  CHECK(r.entries()[1].second == ByteSize((1LL << 30) + (512LL << 20)));
   // Three GPUs: the share rounds up so the reserve never falls short of the cache.
   const plan::MaxMemory r3 = plan::spread_kv_cache_reserve(kv, {0, 1, 2});
-  CHECK(r3[0].second * 3 >= kv);
+  CHECK(r3.entries()[0].second * 3 >= kv);
   CHECK(plan::spread_kv_cache_reserve(kv, {}).empty());
 }

@@ -5,7 +5,7 @@
 // per_gpu = total // n_gpus (n_gpus - 1 with low_zero) + int(1.25 * max(B, mean)), B the size of
 // the first module of each no-split class (largest of those), mean the mean size of the final
 // modules. Every GPU but the last gets min(per_gpu, budget); low_zero gives the first GPU only
-// what the others cannot hold. GPUs with a zero budget are ignored; cpu, disk and mps pass
+// what the others cannot hold. GPUs with a zero budget are ignored; cpu and disk pass
 // through. Unlike Accelerate, GPU ids need not be 0..n-1 and a "disk" key is accepted.
 #pragma once
 
@@ -29,7 +29,7 @@ inline MaxMemory get_balanced_memory(const nn::Module& model, const MaxMemory& m
   MaxMemory mm = get_max_memory(max_memory);
   std::vector<int> gpus;  // sorted (get_max_memory sorted them), positive budgets only
   for (const auto& [k, v] : mm) {
-    if (k.is_gpu() && v > ByteSize{}) gpus.push_back(k.index);
+    if (k.is_gpu() && v > ByteSize{}) gpus.push_back(k.index());
   }
   const auto n = static_cast<std::int64_t>(gpus.size());
   if (n == 0) return mm;
@@ -75,12 +75,10 @@ inline MaxMemory get_balanced_memory(const nn::Module& model, const MaxMemory& m
   per_gpu += ByteSize(static_cast<std::int64_t>(1.25 * bigger));
 
   auto budget = [&](int gpu) -> ByteSize& {
-    for (auto& [k, v] : mm) {
-      if (k == MemoryKey::gpu(gpu)) return v;
-    }
+    if (ByteSize* b = mm.find(Placement::gpu(gpu))) return *b;
     throw KeyError("get_balanced_memory: no GPU " + std::to_string(gpu));
   };
-  auto has = [&](int gpu) { return find_budget(mm, MemoryKey::gpu(gpu)) != nullptr; };
+  auto has = [&](int gpu) { return mm.find(Placement::gpu(gpu)) != nullptr; };
   // Accelerate names the low GPU "0" and the others 1..n-1; when those ids are not all there,
   // the first GPU with a budget plays GPU 0 and the other GPUs with a budget play the rest.
   bool by_id = has(0);

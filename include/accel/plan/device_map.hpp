@@ -99,48 +99,58 @@ class BasicDeviceMap : public DeviceMap {
 };
 
 namespace detail {
-inline void clean_device_map_at(DeviceMap& dm, const std::string& module_name) {
-  const std::string prefix = module_name.empty() ? "" : module_name + ".";
-  auto under = [&](const std::string& k) { return k.starts_with(prefix); };
-  std::optional<Placement> value;
+
+/// Accelerate's clean_device_map on any keying of the module tree, so the name-keyed map here and
+/// the node-id map of infer_auto_device_map share one algorithm. `below(m, k)`: key `k` lies
+/// strictly under module `m` (every key for the root `root`); `child_of(m, k)`: the direct child
+/// of `m` on the way down to such a `k`. Wherever every key below `m` shares one placement (and
+/// there is more than one), they become `m`'s own key (kept at its position when present,
+/// appended otherwise); then each child is cleaned, in order of first appearance.
+template <class Key, class Below, class ChildOf>
+void clean_device_map_core(std::vector<std::pair<Key, Placement>>& dm, const Key& m, const Below& below,
+                           const ChildOf& child_of) {
   std::size_t count = 0;
   bool uniform = true;
+  Placement value;
   for (const auto& [k, v] : dm) {
-    if (!under(k)) continue;
+    if (!below(m, k)) continue;
     if (count++ == 0) {
       value = v;
-    } else if (v != *value) {
+    } else if (v != value) {
       uniform = false;
     }
   }
   if (count > 1 && uniform) {
-    auto& e = dm.entries();
-    e.erase(std::remove_if(e.begin(), e.end(), [&](const DeviceMap::Entry& x) { return under(x.first); }), e.end());
-    dm.set(module_name, *value);
-  }
-  // Children: the next path component of every key strictly below, in order of first appearance.
-  std::vector<std::string> children;
-  const std::size_t keep = module_name.empty() ? 1 : static_cast<std::size_t>(std::count(module_name.begin(), module_name.end(), '.')) + 2;
-  for (const auto& [k, v] : dm) {
-    if (!under(k) || k.size() <= module_name.size()) continue;
-    std::size_t cut = k.size(), comps = 0;
-    for (std::size_t p = 0; p < k.size(); ++p) {
-      if (k[p] == '.' && ++comps == keep) {
-        cut = p;
-        break;
-      }
+    std::erase_if(dm, [&](const auto& e) { return below(m, e.first); });
+    auto it = std::find_if(dm.begin(), dm.end(), [&](const auto& e) { return e.first == m; });
+    if (it != dm.end()) {
+      it->second = value;
+    } else {
+      dm.emplace_back(m, value);
     }
-    std::string child = k.substr(0, cut);
-    if (std::find(children.begin(), children.end(), child) == children.end()) children.push_back(std::move(child));
   }
-  for (const auto& c : children) clean_device_map_at(dm, c);
+  std::vector<Key> children;
+  for (const auto& [k, v] : dm) {
+    if (k == m || !below(m, k)) continue;
+    Key c = child_of(m, k);
+    if (std::find(children.begin(), children.end(), c) == children.end()) children.push_back(std::move(c));
+  }
+  for (const auto& c : children) clean_device_map_core(dm, c, below, child_of);
 }
+
 }  // namespace detail
 
 /// Accelerate's clean_device_map: wherever every key below a module shares one device (and there is
 /// more than one), they are replaced by the module's own key. Works from the root down.
 inline DeviceMap clean_device_map(DeviceMap dm, const std::string& module_name = "") {
-  detail::clean_device_map_at(dm, module_name);
+  // Dotted names: "a.b" is below "a"; the root "" has every key below it.
+  const auto below = [](const std::string& m, const std::string& k) {
+    return m.empty() || (k.size() > m.size() && k.starts_with(m) && k[m.size()] == '.');
+  };
+  const auto child_of = [](const std::string& m, const std::string& k) {
+    return k.substr(0, k.find('.', m.empty() ? 0 : m.size() + 1));
+  };
+  detail::clean_device_map_core(dm.entries(), module_name, below, child_of);
   return dm;
 }
 

@@ -62,17 +62,14 @@ class Placer {
 
   Placer(const ModelIndex& idx, const LayerScan& scan, const MaxMemory& max_memory, const InferOptions& opts)
       : idx_(idx), scan_(scan), opts_(opts) {
-    for (const auto& [k, v] : get_max_memory(max_memory)) {
-      if (k.kind == MemoryKey::Kind::mps) throw DeviceError("infer_auto_device_map: the mps device is not supported");
-      ByteSize budget = v;
-      if (const ByteSize* r = find_budget(opts.reserve, k)) budget = *r > budget ? ByteSize{} : budget - *r;
-      devices_.push_back({k, budget, false, {}, {}, {}});
-    }
-    if (devices_.empty() || devices_.back().key.kind != MemoryKey::Kind::disk) devices_.push_back({MemoryKey::disk(), {}, false, {}, {}, {}});
+    MaxMemory budgets = get_max_memory(max_memory);
+    for (const auto& [k, r] : opts.reserve) budgets.reserve(k, r);
+    for (const auto& [k, budget] : budgets) devices_.push_back({k, budget, false, {}, {}, {}});
+    if (devices_.empty() || !devices_.back().key.is_disk()) devices_.push_back({Placement::disk(), {}, false, {}, {}, {}});
     for (std::size_t i = 0; i < devices_.size(); ++i) {
-      const auto kind = devices_[i].key.kind;
+      const Placement key = devices_[i].key;
       // The first GPU and cpu keep room for the largest layer (cpu alone when there is no GPU).
-      devices_[i].main = (kind == MemoryKey::Kind::gpu && i == 0) || kind == MemoryKey::Kind::cpu;
+      devices_[i].main = (key.is_gpu() && i == 0) || key.is_cpu();
     }
     find_tied_groups();
     if (opts.verbose) log_ = opts.log ? opts.log : &std::clog;
@@ -97,7 +94,7 @@ class Placer {
       const ByteSize size = idx_.size(cur);
       tied_outside(cur, tied_params);
       Device& dev = devices_[current_];
-      const bool bounded = dev.key.kind != MemoryKey::Kind::disk;
+      const bool bounded = !dev.key.is_disk();
       ByteSize max_size = dev.budget;
       ByteSize reserved;
       if (dev.main) {
@@ -181,7 +178,7 @@ class Placer {
 
  private:
   struct Device {
-    MemoryKey key;
+    Placement key;
     ByteSize budget;
     bool main = false;
     ByteSize used;
@@ -210,7 +207,7 @@ class Placer {
 
   void place(Id i) {
     Device& dev = devices_[current_];
-    const Placement p = dev.key.placement();
+    const Placement p = dev.key;
     for (auto& e : placed_) {
       if (e.first == i) {
         e.second = p;
@@ -329,7 +326,7 @@ class Placer {
     ByteSize non_gpu;
     bool any_gpu = false;
     for (const auto& d : devices_) {
-      if (d.key.kind == MemoryKey::Kind::cpu || d.key.kind == MemoryKey::Kind::disk) non_gpu += d.buffers;
+      if (d.key.is_cpu() || d.key.is_disk()) non_gpu += d.buffers;
       if (d.key.is_gpu()) any_gpu = true;
     }
     if (opts_.offload_buffers || non_gpu == ByteSize{} || !any_gpu) return;
@@ -357,39 +354,6 @@ class Placer {
   std::vector<std::pair<Id, Placement>> placed_;
 };
 
-// clean_device_map on node ids: values strictly below `m` (everything for the root).
-inline void clean_nodes(const ModelIndex& idx, std::vector<std::pair<ModelIndex::Id, Placement>>& dm, ModelIndex::Id m) {
-  auto below = [&](ModelIndex::Id k) { return m == 0 ? true : (k > m && k < idx.end(m)); };
-  std::size_t count = 0;
-  bool uniform = true;
-  Placement value;
-  for (const auto& [k, v] : dm) {
-    if (!below(k)) continue;
-    if (count++ == 0) {
-      value = v;
-    } else if (v != value) {
-      uniform = false;
-    }
-  }
-  if (count > 1 && uniform) {
-    std::erase_if(dm, [&](const auto& e) { return below(e.first); });
-    auto it = std::find_if(dm.begin(), dm.end(), [&](const auto& e) { return e.first == m; });
-    if (it != dm.end()) {
-      it->second = value;
-    } else {
-      dm.emplace_back(m, value);
-    }
-  }
-  std::vector<ModelIndex::Id> children;
-  for (const auto& [k, v] : dm) {
-    if (k == m || !below(k)) continue;
-    ModelIndex::Id c = k;
-    while (idx.parent(c) != m) c = idx.parent(c);
-    if (std::find(children.begin(), children.end(), c) == children.end()) children.push_back(c);
-  }
-  for (auto c : children) clean_nodes(idx, dm, c);
-}
-
 }  // namespace detail
 
 /// Accelerate's infer_auto_device_map on an explicit `max_memory` (see the header comment).
@@ -399,7 +363,16 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory&
   const detail::LayerScan scan(idx, opts.no_split_module_classes);
   detail::Placer placer(idx, scan, max_memory, opts);
   auto placed = placer.run();
-  if (opts.clean_result) detail::clean_nodes(idx, placed, 0);
+  if (opts.clean_result) {
+    // The node ids of a module's subtree are contiguous, so "below" is a range test.
+    using Id = ModelIndex::Id;
+    const auto below = [&](Id m, Id k) { return m == 0 || (k > m && k < idx.end(m)); };
+    const auto child_of = [&](Id m, Id k) {
+      while (idx.parent(k) != m) k = idx.parent(k);
+      return k;
+    };
+    detail::clean_device_map_core(placed, Id{0}, below, child_of);
+  }
   DeviceMap dm;
   for (const auto& [id, p] : placed) dm.append(idx.name(id), p);
   return dm;
@@ -414,10 +387,9 @@ MaxMemory offload_policy_reserve(const nn::Module& model, const MaxMemory& max_m
   if constexpr (depth == 0) {
     return {};
   } else {
-    MemoryKey exec = MemoryKey::cpu();
-    for (const auto& [k, v] : max_memory) {
-      if (k.kind == MemoryKey::Kind::gpu && (exec.kind != MemoryKey::Kind::gpu || k.index < exec.index)) exec = k;
-    }
+    // max_memory lists GPUs first, lowest id first: its first key is the lowest GPU when any.
+    const Placement exec =
+        !max_memory.empty() && max_memory.begin()->first.is_gpu() ? max_memory.begin()->first : Placement::cpu();
     const ByteSize layer = get_max_layer_size(model, std::nullopt, opts.no_split_module_classes, opts.sizes).max_size;
     return {{exec, layer * static_cast<std::int64_t>(depth)}};
   }
@@ -432,17 +404,7 @@ BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, const MaxMemory
   if (!opts.sizes.dtype && P::precision_search::count > 0) {
     opts.sizes.dtype = P::precision::storage_dtype;
   }
-  for (const auto& entry : offload_policy_reserve<P>(model, max_memory, opts)) {
-    // Named copies, not structured bindings: clang 14 cannot capture those in a lambda.
-    const auto& key = entry.first;
-    const auto& extra = entry.second;
-    auto it = std::find_if(opts.reserve.begin(), opts.reserve.end(), [&](const auto& e) { return e.first == key; });
-    if (it == opts.reserve.end()) {
-      opts.reserve.emplace_back(key, extra);
-    } else {
-      it->second = it->second + extra;
-    }
-  }
+  for (const auto& [key, extra] : offload_policy_reserve<P>(model, max_memory, opts)) opts.reserve.add(key, extra);
   return BasicDeviceMap<P>(infer_auto_device_map(model, max_memory, static_cast<const InferOptions&>(opts)));
 }
 

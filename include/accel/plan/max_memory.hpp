@@ -1,14 +1,18 @@
 // Memory budgets per device: Accelerate's `max_memory` dictionary.
 //
 //   MaxMemory mm = parse_max_memory("0=20GiB,1=20GiB,cpu=64GB");
-//   mm = get_max_memory(mm);      GPUs sorted by id, then mps, cpu, disk
+//   mm.add(Placement::cpu(), ByteSize(1 << 30));   mm.reserve(0, ByteSize(2 << 30));
+//   if (const ByteSize* b = mm.find(Placement::disk())) ...
 //
-// Budgets are ByteSize (balanced budgets may be fractional when bool tensors are involved).
+// The keys are device-map Placements: a budget names the same slot a device map puts weights in,
+// so nothing converts between the two. Entries stay in Accelerate's order (GPUs by id, then cpu,
+// disk), which Placement's own ordering gives. Budgets are ByteSize (balanced budgets may be
+// fractional when bool tensors are involved).
 #pragma once
 
 #include <algorithm>
-#include <compare>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,95 +24,104 @@
 
 namespace accel::plan {
 
-/// A key of max_memory: a GPU id, "mps", "cpu" or "disk".
-struct MemoryKey {
-  enum class Kind : std::uint8_t { gpu, mps, cpu, disk };
-  Kind kind = Kind::cpu;
-  int index = -1;
-
-  static constexpr MemoryKey gpu(int i) { return {Kind::gpu, i}; }
-  static constexpr MemoryKey cpu() { return {Kind::cpu, -1}; }
-  static constexpr MemoryKey disk() { return {Kind::disk, -1}; }
-  static constexpr MemoryKey mps() { return {Kind::mps, -1}; }
-
-  /// "0", "cpu", "disk", "mps" ("cuda:N" also names GPU N). Anything else throws ValueError with
-  /// Accelerate's message.
-  static MemoryKey parse(std::string_view s) {
-    if (s == "cpu") return cpu();
-    if (s == "disk") return disk();
-    if (s == "mps") return mps();
-    std::string_view digits = s.starts_with("cuda:") ? s.substr(5) : s;
-    if (!digits.empty() && digits.size() < 10 &&
-        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return gpu(std::stoi(std::string(digits)));
-    }
-    throw ValueError("Device " + std::string(s) +
-                     " is not recognized, available devices are integers(for GPU/XPU), 'mps', 'cpu' and 'disk'");
+/// A max_memory key as Accelerate spells it: "0" (or "cuda:0") for a GPU, "cpu", "disk". "mps" is
+/// a valid Accelerate key but no accel device, so it throws DeviceError; anything else throws
+/// ValueError with Accelerate's message.
+inline Placement parse_memory_key(std::string_view s) {
+  if (s == "cpu") return Placement::cpu();
+  if (s == "disk") return Placement::disk();
+  if (s == "mps") throw DeviceError("max_memory names the mps device, which accel does not support");
+  std::string_view digits = s.starts_with("cuda:") ? s.substr(5) : s;
+  if (!digits.empty() && digits.size() < 10 &&
+      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return Placement::gpu(std::stoi(std::string(digits)));
   }
-  /// The key of a device-map placement (meta has none).
-  static MemoryKey from(Placement p) {
-    if (p.is_gpu()) return gpu(p.index());
-    if (p.is_cpu()) return cpu();
-    if (p.is_disk()) return disk();
-    throw ValueError("the meta placement has no memory budget");
-  }
-  bool is_gpu() const noexcept { return kind == Kind::gpu; }
-  /// The device-map value for this key; mps has none in accel (DeviceError).
-  Placement placement() const {
-    switch (kind) {
-      case Kind::gpu: return Placement::gpu(index);
-      case Kind::cpu: return Placement::cpu();
-      case Kind::disk: return Placement::disk();
-      case Kind::mps: break;
-    }
-    throw DeviceError("the mps device is not supported by accel device maps");
-  }
-  /// Accelerate's spelling: "0", "mps", "cpu", "disk".
-  std::string str() const {
-    switch (kind) {
-      case Kind::gpu: return std::to_string(index);
-      case Kind::mps: return "mps";
-      case Kind::cpu: return "cpu";
-      case Kind::disk: return "disk";
-    }
-    return "?";
-  }
-  friend constexpr bool operator==(MemoryKey, MemoryKey) = default;
-  /// Accelerate's device order: GPUs by id, then mps, cpu, disk.
-  friend constexpr auto operator<=>(MemoryKey a, MemoryKey b) {
-    if (a.kind != b.kind) return static_cast<int>(a.kind) <=> static_cast<int>(b.kind);
-    return a.index <=> b.index;
-  }
-};
-
-/// Ordered device -> budget.
-using MaxMemory = std::vector<std::pair<MemoryKey, ByteSize>>;
-
-/// The budget of `key` (nullptr when absent).
-inline const ByteSize* find_budget(const MaxMemory& mm, MemoryKey key) {
-  for (const auto& [k, v] : mm) {
-    if (k == key) return &v;
-  }
-  return nullptr;
+  throw ValueError("Device " + std::string(s) +
+                   " is not recognized, available devices are integers(for GPU/XPU), 'mps', 'cpu' and 'disk'");
 }
 
-/// Accelerate's get_max_memory for an explicit dictionary: re-ordered GPUs (sorted), mps, cpu,
-/// disk. Duplicate keys throw ValueError. (Probing the machine is the caller's business.)
-inline MaxMemory get_max_memory(MaxMemory mm) {
-  std::stable_sort(mm.begin(), mm.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (std::size_t i = 1; i < mm.size(); ++i) {
-    if (mm[i].first == mm[i - 1].first) throw ValueError("max_memory names device " + mm[i].first.str() + " twice");
+/// Device -> budget, kept in Accelerate's device order (GPUs by id, then cpu, disk) whatever the
+/// order of insertion, so the planner walks the devices in the order it fills them.
+class MaxMemory {
+ public:
+  using Entry = std::pair<Placement, ByteSize>;
+
+  MaxMemory() = default;
+  /// Each entry as by add(): a device named twice gets the sum.
+  MaxMemory(std::initializer_list<Entry> entries) {
+    for (const auto& [k, v] : entries) add(k, v);
   }
+
+  /// Adds `bytes` to the budget of `key` (a new entry when absent): reserves from several
+  /// sources (KV cache, workspace, prefetch) pile up on one device. ValueError for meta, which
+  /// holds no bytes.
+  void add(Placement key, ByteSize bytes) {
+    auto it = slot(key);
+    if (it != entries_.end() && it->first == key) {
+      it->second += bytes;
+    } else {
+      entries_.insert(it, {key, bytes});
+    }
+  }
+  /// A new entry: ValueError when `key` already has a budget, since a dictionary parsed from the
+  /// user names each device once and a repeated one is a mistake, not a sum.
+  void insert(Placement key, ByteSize bytes) {
+    auto it = slot(key);
+    if (it != entries_.end() && it->first == key) throw ValueError("max_memory names device " + key.str() + " twice");
+    entries_.insert(it, {key, bytes});
+  }
+  /// Takes `bytes` off the budget of `key`, never below zero (a reserve larger than the budget
+  /// leaves nothing, not a debt). Nothing happens when `key` has no budget.
+  void reserve(Placement key, ByteSize bytes) {
+    if (ByteSize* b = find(key)) *b = bytes > *b ? ByteSize{} : *b - bytes;
+  }
+  /// The budget of `key` (nullptr when absent).
+  const ByteSize* find(Placement key) const {
+    auto it = std::lower_bound(entries_.begin(), entries_.end(), key, [](const Entry& e, Placement k) { return e.first < k; });
+    return it != entries_.end() && it->first == key ? &it->second : nullptr;
+  }
+  /// The budget of `key`, writable (nullptr when absent); the key itself stays fixed so the
+  /// order holds.
+  ByteSize* find(Placement key) { return const_cast<ByteSize*>(std::as_const(*this).find(key)); }
+
+  /// Number of devices with a budget.
+  std::size_t size() const noexcept { return entries_.size(); }
+  /// True when no device has a budget.
+  bool empty() const noexcept { return entries_.empty(); }
+  /// The entries in Accelerate's device order.
+  auto begin() const noexcept { return entries_.begin(); }
+  /// End of the entries.
+  auto end() const noexcept { return entries_.end(); }
+  /// The entries in Accelerate's device order, by position.
+  const std::vector<Entry>& entries() const noexcept { return entries_; }
+  /// Same devices with the same budgets.
+  friend bool operator==(const MaxMemory&, const MaxMemory&) = default;
+
+ private:
+  // Where `key` is or would go; meta is refused here so no entry ever holds it.
+  std::vector<Entry>::iterator slot(Placement key) {
+    if (key.kind() == Placement::Kind::meta) throw ValueError("the meta placement has no memory budget");
+    return std::lower_bound(entries_.begin(), entries_.end(), key, [](const Entry& e, Placement k) { return e.first < k; });
+  }
+
+  std::vector<Entry> entries_;
+};
+
+/// Accelerate's get_max_memory for an explicit dictionary: a MaxMemory is already in Accelerate's
+/// device order, so this only refuses negative budgets (ValueError). (Probing the machine is the
+/// caller's business.)
+inline MaxMemory get_max_memory(MaxMemory mm) {
   for (const auto& [k, v] : mm) {
     if (v < ByteSize{}) throw ValueError("max_memory for device " + k.str() + " is negative");
   }
   return mm;
 }
 
-/// Parses "0=20GiB,1=20GiB,cpu=64GB" lists (values: bytes or
-/// convert_file_size_to_int strings).
+/// Parses "0=20GiB,1=20GiB,cpu=64GB" lists (values: bytes or convert_file_size_to_int strings).
+/// A device named twice throws ValueError.
 inline MaxMemory parse_max_memory(std::string_view text) {
-  MaxMemory mm;
+  // Every item is read before any is inserted, so a malformed item is reported before a repeat.
+  std::vector<MaxMemory::Entry> items;
   while (!text.empty()) {
     const auto comma = text.find(',');
     const std::string_view item = text.substr(0, comma);
@@ -125,8 +138,10 @@ inline MaxMemory parse_max_memory(std::string_view text) {
     } else {
       bytes = convert_file_size_to_int(value);
     }
-    mm.emplace_back(MemoryKey::parse(item.substr(0, eq)), ByteSize(bytes));
+    items.emplace_back(parse_memory_key(item.substr(0, eq)), ByteSize(bytes));
   }
+  MaxMemory mm;
+  for (const auto& [k, v] : items) mm.insert(k, v);
   return get_max_memory(std::move(mm));
 }
 
@@ -135,6 +150,6 @@ inline MaxMemory parse_max_memory(std::string_view text) {
 namespace accel {
 using plan::get_max_memory;
 using plan::MaxMemory;
-using plan::MemoryKey;
 using plan::parse_max_memory;
+using plan::parse_memory_key;
 }  // namespace accel

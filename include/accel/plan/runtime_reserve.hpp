@@ -95,7 +95,7 @@ inline MaxMemory spread_kv_cache_reserve(ByteSize total, const std::vector<int>&
   MaxMemory out;
   if (gpus.empty()) return out;
   const auto n = static_cast<std::int64_t>(gpus.size());
-  for (int g : gpus) out.emplace_back(MemoryKey::gpu(g), ByteSize::from_bits((total.bits() + n - 1) / n) + per_gpu_extra);
+  for (int g : gpus) out.add(Placement::gpu(g), ByteSize::from_bits((total.bits() + n - 1) / n) + per_gpu_extra);
   return out;
 }
 
