@@ -28,12 +28,35 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/parallel.hpp"
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace accel::backend::cpu {
 
 /// The most activation rows one gemv_rows call keeps in registers.
 inline constexpr std::int64_t gemv_max_rows = 4;
 
 namespace detail {
+
+/// Runs f(begin, end) over blocks of about `grain` rows of [0, n), handed out to the threads as
+/// they finish: two threads streaming from DRAM rarely get equal bandwidth, and a static split
+/// leaves the faster one waiting at the barrier.
+template <class F>
+void gemv_blocks(std::size_t n, std::size_t grain, F&& f) {
+  const std::size_t blocks = (n + grain - 1) / std::max<std::size_t>(grain, 1);
+#if defined(_OPENMP)
+  if (blocks > 1 && num_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(blocks); ++i) {
+      const std::size_t b = static_cast<std::size_t>(i) * grain;
+      f(b, std::min(n, b + grain));
+    }
+    return;
+  }
+#endif
+  f(std::size_t{0}, n);
+}
 
 /// Portable path: one weight row converted to f32 in `buf`, then dotted with each x row.
 inline void gemv_portable(const float* x, std::int64_t m, std::int64_t k, const std::byte* w, DType wd,
@@ -56,6 +79,8 @@ inline void gemv_portable(const float* x, std::int64_t m, std::int64_t k, const 
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
 inline constexpr bool gemv_has_bf16_kernel = true;
+/// How far ahead of its loads each weight stream is prefetched.
+inline constexpr std::ptrdiff_t gemv_prefetch_bytes = 1024;
 
 /// bf16 weights: rows [j0, j1), x rows given as bf16 pairs (k rounded up to 32, zero padded).
 inline void gemv_bf16(const std::uint16_t* xb, std::int64_t m, std::int64_t k, const std::byte* w, std::size_t row_bytes,
@@ -85,6 +110,11 @@ inline void gemv_bf16(const std::uint16_t* xb, std::int64_t m, std::int64_t k, c
       }
     };
     for (; kk < kfull; kk += 32) {
+      // Each of the four streams is prefetched a little ahead of its loads.
+      _mm_prefetch(reinterpret_cast<const char*>(r0 + kk) + gemv_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r1 + kk) + gemv_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r2 + kk) + gemv_prefetch_bytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r3 + kk) + gemv_prefetch_bytes, _MM_HINT_T0);
       step(_mm512_loadu_si512(r0 + kk), _mm512_loadu_si512(r1 + kk), _mm512_loadu_si512(r2 + kk),
            _mm512_loadu_si512(r3 + kk), kk);
     }
@@ -169,8 +199,9 @@ inline constexpr bool gemv_has_f16_kernel = false;
 inline void gemv_rows(const float* x, std::int64_t m, std::int64_t k, const void* w, DType wd, std::size_t row_bytes,
                       std::int64_t n, const float* bias, float* out) {
   const auto* wbase = static_cast<const std::byte*>(w);
-  // ~16 KiB of weights per work item: enough to amortise scheduling, small enough to balance.
-  const std::size_t grain = std::max<std::size_t>(4, (std::size_t{1} << 14) / std::max<std::size_t>(row_bytes, 1) * 4);
+  // ~256 KiB of weights per block (a multiple of 4 rows): enough to amortise scheduling, small
+  // enough that the threads end together.
+  const std::size_t grain = std::max<std::size_t>(4, (std::size_t{1} << 18) / std::max<std::size_t>(row_bytes, 1) / 4 * 4);
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
   if (wd == DType::bf16) {
     const std::int64_t kpad = (k + 31) / 32 * 32;
@@ -181,7 +212,7 @@ inline void gemv_rows(const float* x, std::int64_t m, std::int64_t k, const void
       accel::detail::f32_to_bf16(x + i * k, reinterpret_cast<bfloat16*>(xb.data() + i * kpad), static_cast<std::size_t>(k));
     }
     const std::uint16_t* xbp = xb.data();
-    parallel_for(static_cast<std::size_t>(n), grain, [&](std::size_t b, std::size_t e) {
+    detail::gemv_blocks(static_cast<std::size_t>(n), grain, [&](std::size_t b, std::size_t e) {
       detail::gemv_bf16(xbp, m, k, wbase, row_bytes, b, e, n, bias, out);
     });
     return;
@@ -189,7 +220,7 @@ inline void gemv_rows(const float* x, std::int64_t m, std::int64_t k, const void
 #endif
 #if defined(__AVX512F__)
   if (wd == DType::f16) {
-    parallel_for(static_cast<std::size_t>(n), grain, [&](std::size_t b, std::size_t e) {
+    detail::gemv_blocks(static_cast<std::size_t>(n), grain, [&](std::size_t b, std::size_t e) {
       detail::gemv_f16(x, m, k, wbase, row_bytes, b, e, n, bias, out);
     });
     return;
