@@ -80,7 +80,7 @@ inline void gemv_portable(const float* x, std::int64_t m, std::int64_t k, const 
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
 inline constexpr bool gemv_has_bf16_kernel = true;
 /// How far ahead of its loads each weight stream is prefetched.
-inline constexpr std::ptrdiff_t gemv_prefetch_bytes = 1024;
+inline constexpr std::ptrdiff_t gemv_prefetch_bytes = 4096;
 
 /// bf16 weights: rows [j0, j1), x rows given as bf16 pairs (k rounded up to 32, zero padded).
 inline void gemv_bf16(const std::uint16_t* xb, std::int64_t m, std::int64_t k, const std::byte* w, std::size_t row_bytes,
