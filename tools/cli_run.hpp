@@ -15,7 +15,6 @@
 #include <iostream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,25 +49,6 @@ struct RunResult {
   double load_s = 0, ttft_s = 0, tokens_per_s = 0;
 };
 
-namespace detail {
-inline double parse_real(std::string_view option, const std::string& text, double lo, double hi) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty()) throw ValueError(std::string(option) + ": '" + text + "' is not a number");
-  if (!(v >= lo && v <= hi)) {
-    std::ostringstream os;
-    os << option << ": " << text << " is out of range (" << lo << " to " << hi << ")";
-    throw ValueError(os.str());
-  }
-  return v;
-}
-}  // namespace detail
-
 /// Arguments -> RunRequest (values checked, each error naming its option).
 inline RunRequest parse_run_request(const ParsedArgs& args) {
   RunRequest r;
@@ -83,7 +63,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
   auto& g = r.generation;
   if (const auto v = args.value("--max-new-tokens")) g.max_new_tokens = parse_integer("--max-new-tokens", *v, 0, 1 << 20);
   if (const auto v = args.value("--temperature")) {
-    g.temperature = detail::parse_real("--temperature", *v, 0.0, 1e6);
+    g.temperature = parse_real("--temperature", *v, 0.0, 1e6);
     g.do_sample = g.temperature > 0.0;  // temperature 0 means greedy, as in most CLIs
     if (!g.do_sample) g.temperature = 1.0;
   }
@@ -92,7 +72,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
     g.do_sample = g.do_sample || !args.value("--temperature");
   }
   if (const auto v = args.value("--top-p")) {
-    g.top_p = detail::parse_real("--top-p", *v, 0.0, 1.0);
+    g.top_p = parse_real("--top-p", *v, 0.0, 1.0);
     if (g.top_p <= 0.0) throw ValueError("--top-p: " + *v + " is out of range (above 0, at most 1)");
     g.do_sample = g.do_sample || !args.value("--temperature");
   }

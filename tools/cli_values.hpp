@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -52,6 +53,24 @@ inline std::int64_t parse_integer(std::string_view option, std::string_view text
   if (ec == std::errc::result_out_of_range || v < lo || v > hi) throw detail::out_of_range(option, text, lo, hi);
   if (ec != std::errc{} || end != text.data() + text.size()) {
     throw ValueError(std::string(option) + ": '" + std::string(text) + "' is not a whole number");
+  }
+  return v;
+}
+
+/// `text` as a decimal number within [lo, hi]. `option` names the option in errors.
+inline double parse_real(std::string_view option, const std::string& text, double lo, double hi) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty()) throw ValueError(std::string(option) + ": '" + text + "' is not a number");
+  if (!(v >= lo && v <= hi)) {
+    std::ostringstream os;
+    os << option << ": " << text << " is out of range (" << lo << " to " << hi << ")";
+    throw ValueError(os.str());
   }
   return v;
 }
