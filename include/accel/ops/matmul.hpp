@@ -253,27 +253,12 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   if (dev.is_cuda()) return require_cuda_op(cuda_ops().linear, op)(x, weight, bias);
   if (out_shape.numel() == 0) return Tensor::zeros(out_shape, x.dtype());
 
-  Tensor xf = x.dtype() == DType::f32 ? x : x.to(DType::f32);
-  Tensor x2 = xf.dim() == 2 ? xf : xf.reshape(Shape{-1, K});
-  auto la = detail::matrix_layout(x2.size(0), K, x2.stride(0), x2.stride(1));
-  if (!la) {
-    x2 = x2.contiguous();
-    la = backend::cpu::MatrixLayout{0, K, 1};
-  }
   Tensor bias_f;
   if (bias.defined()) bias_f = detail::contiguous_f32(bias);
-  // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
-  // of a half-precision weight).
-  if (x2.size(0) <= detail::small_m_rows && weight.stride(1) == 1 && K > 0) {
-    const Tensor xd = x2.contiguous();
-    Tensor out = Tensor::empty(out_shape, DType::f32);
-    detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,
-                           bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
-    return detail::cast_result(out, x.dtype());
-  }
-  // bf16 x bf16 -> f32 in oneDNN (AVX512-BF16 where the CPU has it): the weight is read in
-  // place, never widened to an f32 copy.
-  if (x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 && weight.stride(1) == 1) {
+  // More rows than a GEMV takes, both bf16: oneDNN's bf16 matmul (AVX512-BF16 where the CPU has
+  // it) reads the weight in place and x as it is, so neither is widened to f32 first.
+  const std::int64_t rows = x.numel() / std::max<std::int64_t>(K, 1);
+  if (rows > detail::small_m_rows && x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 && weight.stride(1) == 1) {
     const Tensor xb = x.dim() == 2 ? x.contiguous() : x.contiguous().reshape(Shape{-1, K});
     Tensor out = Tensor::empty(out_shape, DType::f32);
     backend::cpu::MatmulProblem p;
@@ -284,6 +269,22 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
     p.has_bias = bias_f.defined();
     backend::cpu::dnnl_matmul(p, xb.data_ptr(), weight.data_ptr(), out.data_ptr(),
                               p.has_bias ? bias_f.data_ptr<float>() : nullptr);
+    return detail::cast_result(out, x.dtype());
+  }
+  Tensor xf = x.dtype() == DType::f32 ? x : x.to(DType::f32);
+  Tensor x2 = xf.dim() == 2 ? xf : xf.reshape(Shape{-1, K});
+  auto la = detail::matrix_layout(x2.size(0), K, x2.stride(0), x2.stride(1));
+  if (!la) {
+    x2 = x2.contiguous();
+    la = backend::cpu::MatrixLayout{0, K, 1};
+  }
+  // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
+  // of a half-precision weight).
+  if (x2.size(0) <= detail::small_m_rows && weight.stride(1) == 1 && K > 0) {
+    const Tensor xd = x2.contiguous();
+    Tensor out = Tensor::empty(out_shape, DType::f32);
+    detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,
+                           bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
     return detail::cast_result(out, x.dtype());
   }
   Tensor wf = weight.dtype() == DType::f32 ? weight : weight.to(DType::f32);
