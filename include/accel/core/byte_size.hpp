@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "accel/core/checked.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 
@@ -27,7 +28,7 @@ class ByteSize {
  public:
   constexpr ByteSize() = default;
   /// `bytes` whole bytes.
-  constexpr ByteSize(std::int64_t bytes) : bits_(bytes * 8) {}  // NOLINT: implicit on purpose
+  constexpr ByteSize(std::int64_t bytes) : bits_(checked_mul<std::int64_t>(bytes, 8, "byte size")) {}  // NOLINT: implicit on purpose
   static constexpr ByteSize from_bits(std::int64_t bits) {
     ByteSize b;
     b.bits_ = bits;
@@ -43,12 +44,21 @@ class ByteSize {
   constexpr double bytes() const noexcept { return static_cast<double>(bits_) / 8.0; }
   constexpr bool is_whole() const noexcept { return bits_ % 8 == 0; }
 
-  constexpr ByteSize& operator+=(ByteSize o) noexcept { bits_ += o.bits_; return *this; }
-  constexpr ByteSize& operator-=(ByteSize o) noexcept { bits_ -= o.bits_; return *this; }
-  friend constexpr ByteSize operator+(ByteSize a, ByteSize b) noexcept { return from_bits(a.bits_ + b.bits_); }
-  friend constexpr ByteSize operator-(ByteSize a, ByteSize b) noexcept { return from_bits(a.bits_ - b.bits_); }
-  friend constexpr ByteSize operator*(ByteSize a, std::int64_t n) noexcept { return from_bits(a.bits_ * n); }
-  friend constexpr ByteSize operator*(std::int64_t n, ByteSize a) noexcept { return from_bits(a.bits_ * n); }
+  // Sizes come from files and configs: arithmetic that would wrap throws OverflowError instead.
+  constexpr ByteSize& operator+=(ByteSize o) { return *this = *this + o; }
+  constexpr ByteSize& operator-=(ByteSize o) { return *this = *this - o; }
+  friend constexpr ByteSize operator+(ByteSize a, ByteSize b) {
+    return from_bits(checked_add(a.bits_, b.bits_, "byte size sum"));
+  }
+  friend constexpr ByteSize operator-(ByteSize a, ByteSize b) {
+    std::int64_t r{};
+    if (__builtin_sub_overflow(a.bits_, b.bits_, &r)) throw OverflowError("byte size difference overflows");
+    return from_bits(r);
+  }
+  friend constexpr ByteSize operator*(ByteSize a, std::int64_t n) {
+    return from_bits(checked_mul(a.bits_, n, "byte size product"));
+  }
+  friend constexpr ByteSize operator*(std::int64_t n, ByteSize a) { return a * n; }
   friend constexpr bool operator==(ByteSize, ByteSize) = default;
   friend constexpr auto operator<=>(ByteSize, ByteSize) = default;
 
