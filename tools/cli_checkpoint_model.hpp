@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/limits.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/checkpoint_format.hpp"
 #include "accel/io/safetensors.hpp"
@@ -87,17 +88,22 @@ inline std::vector<CheckpointTensor> safetensors_entries(const std::string& path
 inline std::vector<CheckpointTensor> torch_bin_entries(const std::string& path) {
   const io::StateDict sd = io::load_torch_bin(path);
   std::vector<CheckpointTensor> out;
+  // Views are grouped by storage first, so finding a tie costs a lookup, not a scan of every
+  // earlier tensor (a .bin may hold 100k tensors).
+  std::map<const void*, std::vector<std::size_t>> by_storage;
   std::vector<const Tensor*> seen;
   for (const auto& [name, t] : sd) {
     CheckpointTensor e{name, t.dtype(), t.shape(), {}};
-    for (std::size_t i = 0; i < seen.size(); ++i) {
+    auto& same_storage = by_storage[t.numel() > 0 ? static_cast<const void*>(t.storage().get()) : nullptr];
+    for (const std::size_t i : same_storage) {
       const Tensor& o = *seen[i];
-      if (o.shares_storage(t) && o.storage_offset() == t.storage_offset() && o.shape() == t.shape() &&
-          o.strides() == t.strides() && o.dtype() == t.dtype() && t.numel() > 0) {
+      if (t.numel() > 0 && o.storage_offset() == t.storage_offset() && o.shape() == t.shape() &&
+          o.strides() == t.strides() && o.dtype() == t.dtype()) {
         e.tied_to = out[i].tied_to.empty() ? out[i].name : out[i].tied_to;
         break;
       }
     }
+    if (t.numel() > 0) same_storage.push_back(out.size());
     seen.push_back(&t);
     out.push_back(std::move(e));
   }
@@ -151,9 +157,17 @@ inline std::shared_ptr<nn::Module> meta_model_from_tensors(const std::vector<Che
   std::map<std::string, nn::ParameterPtr> cells;
   for (const auto& e : entries) {
     const std::string where = "checkpoint '" + source + "', tensor '" + e.name + "'";
+    if (e.name.size() > limits::max_name_bytes) {
+      throw FormatError("checkpoint '" + source + "': a tensor name of " + std::to_string(e.name.size()) +
+                        " bytes (at most " + std::to_string(limits::max_name_bytes) + ")");
+    }
     const auto parts = detail::split_dotted(e.name);
     if (std::any_of(parts.begin(), parts.end(), [](std::string_view p) { return p.empty(); })) {
       throw FormatError(where + ": a dotted name needs a non-empty name between its dots");
+    }
+    if (parts.size() > limits::max_module_depth) {
+      throw FormatError(where + ": " + std::to_string(parts.size()) + " dotted levels (at most " +
+                        std::to_string(limits::max_module_depth) + ")");
     }
     std::string path;
     nn::Module* m = root.get();

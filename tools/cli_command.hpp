@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "accel/io/confined_path.hpp"
 #include "cli_options.hpp"
 
 namespace accel::cli {
@@ -118,7 +119,15 @@ inline int run_command(const std::string& program, const Command& cmd, const std
   } catch (const UsageError& e) {
     return usage_error(program, cmd, e.what());
   } catch (const std::exception& e) {
-    std::cerr << invocation(program, cmd) << ": error: " << e.what() << "\n";
+    // Messages quote names from the file: escaped, except the line breaks a message is built of.
+    std::string message = e.what(), shown;
+    for (std::size_t start = 0; start <= message.size();) {
+      const auto nl = std::min(message.find('\n', start), message.size());
+      shown += io::printable_entry(std::string_view(message).substr(start, nl - start));
+      if (nl < message.size()) shown += '\n';
+      start = nl + 1;
+    }
+    std::cerr << invocation(program, cmd) << ": error: " << shown << "\n";
     return exit_failed;
   }
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
+#include "accel/io/confined_path.hpp"
 #include "accel/io/file_names.hpp"
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
@@ -106,21 +108,31 @@ inline std::optional<nlohmann::json> find_hf_config(const std::filesystem::path&
   return j;
 }
 
-/// Accelerate's convert_bytes: "1.5 MB" with 1024 steps and two decimals at most.
-inline std::string human_bytes(double size) {
-  static const char* units[] = {"bytes", "KB", "MB", "GB", "TB"};
-  for (const char* u : units) {
-    if (size < 1024.0) {
-      char buf[64];
-      const double r = std::round(size * 100.0) / 100.0;
-      std::snprintf(buf, sizeof buf, "%g %s", r, u);
-      return buf;
-    }
-    size /= 1024.0;
-  }
+/// How human_bytes labels its 1024 steps: `accelerate` as Accelerate's convert_bytes prints them
+/// ("1.5 MB", kept where output is compared with Accelerate's), `binary` as what they are ("1.5 MiB").
+enum class ByteUnits : bool { accelerate, binary };
+
+/// Accelerate's convert_bytes: 1024 steps and two decimals at most, labelled per `units`.
+inline std::string human_bytes(double size, ByteUnits units = ByteUnits::accelerate) {
+  static const char* accelerate_units[] = {"bytes", "KB", "MB", "GB", "TB", "PB"};
+  static const char* binary_units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  const char* const* names = units == ByteUnits::binary ? binary_units : accelerate_units;
+  std::size_t u = 0;
+  for (; u < 5 && size >= 1024.0; ++u) size /= 1024.0;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%g PB", std::round(size * 100.0) / 100.0);
+  std::snprintf(buf, sizeof buf, "%g %s", std::round(size * 100.0) / 100.0, names[u]);
   return buf;
+}
+
+/// A byte count for --json output: a whole number, rounded up when sub-byte dtypes (int4, bool)
+/// leave a fraction, since that fraction still occupies a byte.
+inline std::int64_t json_bytes(double size) { return static_cast<std::int64_t>(std::ceil(size)); }
+
+/// `j` as text for stdout: names from a file may hold invalid UTF-8, which is replaced (U+FFFD)
+/// instead of failing the dump; control characters are escaped as JSON requires.
+template <class Json>
+std::string dump_json(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
 
 /// A plain ASCII table: | a | b |, columns as wide as their widest cell.
@@ -129,7 +141,7 @@ inline void print_table(std::ostream& os, const std::vector<std::string>& header
   std::vector<std::size_t> w(headers.size());
   for (std::size_t c = 0; c < headers.size(); ++c) w[c] = headers[c].size();
   for (const auto& r : rows) {
-    for (std::size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
+    for (std::size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], io::printable_entry(r[c]).size());
   }
   auto rule = [&] {
     os << '+';
@@ -139,7 +151,8 @@ inline void print_table(std::ostream& os, const std::vector<std::string>& header
   auto line = [&](const std::vector<std::string>& r) {
     os << '|';
     for (std::size_t c = 0; c < w.size(); ++c) {
-      const std::string cell = c < r.size() ? r[c] : "";
+      // Cells carry names from files: escaped, so a crafted name cannot drive the terminal.
+      const std::string cell = c < r.size() ? io::printable_entry(r[c]) : "";
       os << ' ' << cell << std::string(w[c] - cell.size(), ' ') << " |";
     }
     os << '\n';

@@ -109,12 +109,12 @@ inline void render_estimate(const EstimateResult& e, bool json, std::ostream& ou
     for (const auto& r : e.rows) {
       nlohmann::ordered_json row;
       row["dtype"] = r.dtype;
-      row["largest_layer"] = r.largest;
-      row["total_size"] = r.total;
-      row["training_adam"] = r.training < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.training);
+      row["largest_layer"] = json_bytes(r.largest);
+      row["total_size"] = json_bytes(r.total);
+      row["training_adam"] = r.training < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(json_bytes(r.training));
       j["rows"].push_back(row);
     }
-    out << j.dump(1) << "\n";
+    out << dump_json(j, 1) << "\n";
     return;
   }
   std::vector<std::vector<std::string>> table;

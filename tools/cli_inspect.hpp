@@ -10,6 +10,7 @@
 
 #include "accel/io/inspect.hpp"
 #include "cli_command.hpp"
+#include "cli_common.hpp"
 
 namespace accel::cli {
 
@@ -17,7 +18,7 @@ namespace accel::cli {
 inline int run_inspect(const ParsedArgs& args) {
   const auto r = io::inspect_checkpoint(args.positional(0));
   if (args.flag("--json")) {
-    std::cout << io::inspect_to_json(r).dump(2) << "\n";
+    std::cout << dump_json(io::inspect_to_json(r), 2) << "\n";
   } else {
     std::cout << io::format_inspect_table(r);
   }

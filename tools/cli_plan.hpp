@@ -39,6 +39,10 @@
 
 namespace accel::cli {
 
+/// plan's sizes: binary units labelled as such (Accelerate's convert_bytes says "MB" for MiB;
+/// estimate-memory keeps that for parity, plan has no Accelerate output to match).
+inline std::string plan_bytes(double size) { return human_bytes(size, ByteUnits::binary); }
+
 /// `--kv-cache SEQ[xBATCH]`: `tokens` unset means the config's context length ("max").
 struct KVCacheRequest {
   std::optional<std::int64_t> tokens;
@@ -126,8 +130,8 @@ inline std::string kv_cache_note(const KVCacheReserve& kv) {
   const auto& s = kv.shape;
   return "KV cache: 2 x " + std::to_string(s.layers) + " layers x " + std::to_string(s.kv_heads) + " KV heads x " +
          std::to_string(s.head_dim) + " head dim x " + std::to_string(s.max_seq) + " tokens x batch " +
-         std::to_string(s.batch) + " in " + std::string(dtype_name(s.dtype)) + " = " + human_bytes(kv.total.bytes()) +
-         ", reserved on " + (kv.on_gpus ? "GPU " : "cpu") + where + " (" + human_bytes(kv.share.begin()->second.bytes()) +
+         std::to_string(s.batch) + " in " + std::string(dtype_name(s.dtype)) + " = " + plan_bytes(kv.total.bytes()) +
+         ", reserved on " + (kv.on_gpus ? "GPU " : "cpu") + where + " (" + plan_bytes(kv.share.begin()->second.bytes()) +
          (kv.share.size() > 1 ? " each" : "") + ")";
 }
 
@@ -141,7 +145,8 @@ inline PlanRequest parse_plan_request(const ParsedArgs& args) {
   }
   PlanRequest r;
   r.model = args.positional(0);
-  r.budgets = parse_memory_list("--max-memory", detail::join_values(args.values("--max-memory")));
+  // A size such as "200mb" counts bits, as Accelerate reads it: said on stderr, never silently.
+  r.budgets = plan::parse_max_memory(detail::join_values(args.values("--max-memory")), "--max-memory", &std::cerr);
   r.no_split = args.list("--no-split");
   if (auto d = args.value("--dtype")) {
     try {
@@ -150,7 +155,7 @@ inline PlanRequest parse_plan_request(const ParsedArgs& args) {
       throw ValueError(std::string("--dtype: ") + e.what());
     }
   }
-  r.reserve = parse_memory_list("--reserve", detail::join_values(args.values("--reserve")));
+  r.reserve = plan::parse_max_memory(detail::join_values(args.values("--reserve")), "--reserve", &std::cerr);
   if (auto kv = args.value("--kv-cache")) r.kv_cache = detail::parse_kv_cache_arg(*kv);
   r.low_zero = args.flag("--balanced-low-0");
   r.balanced = args.flag("--balanced") || r.low_zero;
@@ -197,13 +202,13 @@ inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::
   const std::string kv_note = p.kv_cache ? detail::kv_cache_note(*p.kv_cache) : "";
   if (json) {
     if (!kv_note.empty()) notes << kv_note << "\n";
-    out << plan::to_ordered_json(p.device_map).dump(1) << "\n";
+    out << dump_json(plan::to_ordered_json(p.device_map), 1) << "\n";
     return;
   }
   std::vector<std::vector<std::string>> rows;
   std::map<Placement, ByteSize> per_device;
   for (const auto& [name, placement] : p.device_map) {
-    rows.push_back({name.empty() ? "(whole model)" : name, placement.str(), human_bytes(p.sizes[name].bytes())});
+    rows.push_back({name.empty() ? "(whole model)" : name, placement.str(), plan_bytes(p.sizes[name].bytes())});
     per_device[placement] += p.sizes[name];
   }
   if (!kv_note.empty()) out << kv_note << "\n";
@@ -215,16 +220,16 @@ inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::
   for (const auto& [k, budget] : p.budgets) {
     const auto it = per_device.find(k);
     const ByteSize* reserved = p.reserve.find(k);
-    std::vector<std::string> row = {k.str(), human_bytes(it == per_device.end() ? 0.0 : it->second.bytes()),
-                                    human_bytes(reserved ? reserved->bytes() : 0.0), human_bytes(budget.bytes())};
+    std::vector<std::string> row = {k.str(), plan_bytes(it == per_device.end() ? 0.0 : it->second.bytes()),
+                                    plan_bytes(reserved ? reserved->bytes() : 0.0), plan_bytes(budget.bytes())};
     if (balanced) {
       const ByteSize* b = p.balanced_budgets->find(k);
-      row.push_back(human_bytes(b ? b->bytes() : 0.0));
+      row.push_back(plan_bytes(b ? b->bytes() : 0.0));
     }
     totals.push_back(std::move(row));
   }
   if (const auto disk = per_device.find(Placement::disk()); !p.budgets.find(Placement::disk()) && disk != per_device.end()) {
-    std::vector<std::string> row = {disk->first.str(), human_bytes(disk->second.bytes()), human_bytes(0.0), "unbounded"};
+    std::vector<std::string> row = {disk->first.str(), plan_bytes(disk->second.bytes()), plan_bytes(0.0), "unbounded"};
     if (balanced) row.push_back("unbounded");
     totals.push_back(std::move(row));
   }

@@ -26,6 +26,7 @@
 #include "accel/models/generate.hpp"
 #include "accel/tokenize/tokenizer.hpp"
 #include "cli_command.hpp"
+#include "cli_common.hpp"
 #include "cli_values.hpp"
 
 namespace accel::cli {
@@ -146,7 +147,7 @@ inline void render_run(const RunRequest& req, const RunResult& r) {
     j["load_s"] = r.load_s;
     j["ttft_s"] = r.ttft_s;
     j["tokens_per_s"] = r.tokens_per_s;
-    std::cout << j.dump(2) << "\n";
+    std::cout << dump_json(j, 2) << "\n";
     return;
   }
   if (r.text) {

@@ -11,14 +11,21 @@ GROUP is one of:
                  unknown command, options that exclude each other
     bad-input    a missing file and out-of-range or malformed numbers exit 1 with "error:" and a
                  message that names the option and the value
+    output       what a file names reaches the terminal escaped (tables, errors), --json stays
+                 valid JSON with whole-number bytes, plan labels binary units KiB / MiB, and a
+                 budget read as bits ("2mb") is warned about
     conformance  accel-conformance --help, --version, usage errors and an unreadable query file
 
 MODEL is a transformers config.json that `accel plan` can place. Exit codes: 0 success, 1 bad
 input or a failed check, 2 usage error.
 """
 
+import json
+import os
+import struct
 import subprocess
 import sys
+import tempfile
 
 COMMANDS = ["estimate-memory", "plan", "inspect"]
 failures = []
@@ -120,6 +127,69 @@ def group_bad_input(accel, model):
           stderr=["--dtype:", "float7"])
 
 
+def write_safetensors(path, tensors, metadata):
+    """A float32 safetensors file of zeros: tensors is [(name, shape)]."""
+    header, offset = {}, 0
+    for name, shape in tensors:
+        n = 4
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"\0" * offset)
+
+
+def group_output(accel):
+    evil = "a.\x1b[31mred\x07.weight"
+    escaped = "a.\\x1b[31mred\\x07.weight"
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "evil.safetensors")
+        write_safetensors(path, [(evil, [3]), ("b.weight", [1000, 300])], {"note": "\x1b[2Jcleared\u009b"})
+        check("inspect escapes control characters in names", accel, ["inspect", path], 0,
+              stdout=[escaped, "\\x1b[2Jcleared\\xc2\\x9b"])
+        code, out, _ = run(accel, "inspect", path)
+        ok = "\x1b" not in out and "\x07" not in out and "\u009b" not in out
+        print(("PASS" if ok else "FAIL") + " inspect's table holds no raw control character")
+        if not ok:
+            failures.append("inspect's table holds no raw control character")
+        code, out, _ = run(accel, "inspect", path, "--json")
+        names = [t["name"] for t in json.loads(out)["tensors"]] if code == 0 else []
+        ok = evil in names and "\x1b" not in out
+        print(("PASS" if ok else "FAIL") + f" inspect --json escapes as JSON does and keeps the name: {names}")
+        if not ok:
+            failures.append("inspect --json escapes as JSON does")
+        check("plan labels binary units and warns about bits", accel, ["plan", path, "--max-memory", "0=2mb,cpu=3MB"],
+              0, stdout=["244.14 KiB", "2.86 MiB", "1.14 MiB"],
+              stderr=["warning: --max-memory 0: '2mb' counts bits", "250000 bytes", "write 2MB"])
+        check("no warning for bytes", accel, ["plan", path, "--max-memory", "0=2MB,cpu=3MiB"], 0,
+              not_stderr=["warning"])
+        code, out, _ = run(accel, "estimate-memory", path, "--json", "--dtypes", "float32,int4")
+        rows = json.loads(out)["rows"] if code == 0 else []
+        ok = len(rows) == 2 and all(isinstance(r[k], int) for r in rows for k in ("largest_layer", "total_size")) \
+            and rows[1]["total_size"] == (1200012 + 7) // 8
+        print(("PASS" if ok else "FAIL") + f" estimate-memory --json prints whole bytes: {rows}")
+        if not ok:
+            failures.append("estimate-memory --json prints whole bytes")
+        # Names past the documented limits (4096 bytes, 256 dotted levels) are refused with the
+        # file named, before a module tree grows with the square of their length.
+        deep = os.path.join(d, "deep.safetensors")
+        write_safetensors(deep, [(".".join(["m"] * 300) + ".w", [1])], {})
+        check("plan refuses 301 dotted levels", accel, ["plan", deep, "--max-memory", "0=1GB"], 1,
+              stderr=["deep.safetensors", "301 dotted levels (at most 256)"])
+        long = os.path.join(d, "long.safetensors")
+        write_safetensors(long, [("w" * 5000, [1])], {})
+        check("plan refuses a 5000-byte name", accel, ["plan", long, "--max-memory", "0=1GB"], 1,
+              stderr=["long.safetensors", "5000 bytes (at most 4096)"])
+        bad = os.path.join(d, "bad\x1b[31m.safetensors")
+        with open(bad, "wb") as f:
+            f.write(b"plain text, not a checkpoint\n")
+        check("errors escape the names they quote", accel, ["inspect", bad], 1,
+              stderr=["bad\\x1b[31m.safetensors", "not a checkpoint format accel reads"], not_stderr=["\x1b"])
+
+
 def group_conformance(conformance, version):
     check("accel-conformance --help", conformance, ["--help"], 0,
           stdout=["usage: accel-conformance QUERY.json", "-h, --help", "exit status"])
@@ -145,6 +215,8 @@ def main():
         group_usage(accel, model)
     elif group == "bad-input":
         group_bad_input(accel, model)
+    elif group == "output":
+        group_output(accel)
     elif group == "conformance":
         group_conformance(conformance, version)
     else:

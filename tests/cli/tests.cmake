@@ -36,7 +36,7 @@ if(TARGET accel_cli)
   # 0 success, 1 bad input (missing files, out-of-range sizes), 2 usage errors.
   set(usage_check ${ACCEL_PYTHON3} ${cli_dir}/check_cli_usage.py)
   set(usage_model ${PROJECT_SOURCE_DIR}/tests/data/configs/gpt2_tiny/config.json)
-  foreach(group help usage bad-input)
+  foreach(group help usage bad-input output)
     # "-": these groups do not run accel-conformance.
     add_test(NAME cli_usage_${group}
              COMMAND ${usage_check} ${group} $<TARGET_FILE:accel_cli> - ${PROJECT_VERSION} ${usage_model})

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "accel/core/limits.hpp"
 #include "accel/nn/spec.hpp"
 #include "accel/nn/tied.hpp"
 
@@ -72,6 +73,25 @@ TEST_CASE("module_from_spec errors name the file and the JSON path", "[nn][spec]
   j["root"]["children"][0]["name"] = "a.b";
   expect_error(j, "$.root.children[0].name");
   CHECK_THROWS_AS(nn::module_from_spec_file("/nonexistent/spec.json"), IOError);
+}
+
+TEST_CASE("module_from_spec bounds nesting and name length instead of recursing without limit", "[nn][spec]") {
+  // A chain of modules nested one level deeper than the limit: refused before the builder's
+  // recursion could exhaust the stack.
+  const auto chain = [](std::size_t levels) {
+    json leaf = {{"name", "m"}, {"class", "Leaf"}, {"params", json::array({{{"name", "w"}, {"shape", {1}}}})}};
+    for (std::size_t i = 1; i < levels; ++i) leaf = {{"name", "m"}, {"class", "Block"}, {"children", json::array({leaf})}};
+    json root = {{"name", ""}, {"class", "Root"}, {"children", json::array({leaf})}};
+    return json{{"format", "accelerate-oracle-spec/v1"}, {"root", root}};
+  };
+  CHECK_NOTHROW(nn::module_from_spec(chain(limits::max_module_depth - 1), "deep.json"));
+  CHECK_THROWS_WITH(nn::module_from_spec(chain(limits::max_module_depth + 1), "deep.json"),
+                    Catch::Contains("deep.json") && Catch::Contains("deeper than 256 levels"));
+  json j = toy();
+  j["root"]["children"][0]["name"] = std::string(limits::max_name_bytes + 1, 'n');
+  CHECK_THROWS_WITH(nn::module_from_spec(j, "long.json"),
+                    Catch::Contains("long.json") && Catch::Contains("$.root.children[0].name") &&
+                        Catch::Contains("4097 bytes"));
 }
 
 TEST_CASE("Every public conformance spec builds", "[nn][spec]") {

@@ -1,6 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <vector>
+
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 
 using namespace accel;
 
@@ -41,4 +45,31 @@ TEST_CASE("dtype_byte_size is exact, with bool = 1/8 byte", "[plan][byte_size]")
   CHECK(s.floor_bytes() == 512);
   CHECK_FALSE(s.is_whole());
   CHECK((s + ByteSize::from_bits(7)).is_whole());
+}
+
+TEST_CASE("ByteSize arithmetic refuses to wrap", "[plan][byte_size]") {
+  const ByteSize big(max_size_bytes);
+  CHECK_THROWS_AS(big + ByteSize(1), OverflowError);
+  CHECK_THROWS_AS(big * 2, OverflowError);
+  CHECK_THROWS_AS(ByteSize(max_size_bytes + 1), OverflowError);
+  CHECK_THROWS_AS(ByteSize::from_bits(INT64_MIN) - ByteSize(1), OverflowError);
+  CHECK((big - big) == ByteSize{});
+  const std::int64_t extents[] = {1'000'000'000, 1'000'000'000, 100};
+  CHECK_THROWS_WITH(checked_numel(extents, "tensor 'w'"), Catch::Contains("tensor 'w'") && Catch::Contains("overflows"));
+  const std::int64_t negative[] = {2, -1};
+  CHECK_THROWS_AS(checked_numel(negative, "w"), ShapeError);
+  CHECK(checked_nbytes(std::vector<int>{2, 3}, 4, "w") == 24);
+}
+
+TEST_CASE("parse_byte_size tells an overflowing size from a malformed one", "[plan][byte_size]") {
+  CHECK(parse_byte_size("x", "1024") == ByteSize(1024));
+  CHECK(parse_byte_size("x", "1.5GiB") == ByteSize(1610612736));
+  CHECK(parse_byte_size("x", "10mb") == ByteSize(1'250'000));
+  CHECK(size_string_counts_bits("10mb"));
+  CHECK(size_string_counts_bits("1.5gb"));
+  CHECK_FALSE(size_string_counts_bits("10MB"));
+  CHECK_FALSE(size_string_counts_bits("10mib"));
+  CHECK_THROWS_WITH(parse_byte_size("--size", "99999999999999999999"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(parse_byte_size("--size", "1e30GB"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(parse_byte_size("--size", "lots"), Catch::Contains("is not a size"));
 }

@@ -1,3 +1,4 @@
+#include <sstream>
 #include <catch2/catch.hpp>
 
 #include "accel/nn/spec.hpp"
@@ -55,6 +56,21 @@ TEST_CASE("max_memory keys are ordered and validated as Accelerate does", "[plan
   CHECK_THROWS_AS(plan::parse_max_memory("gpu=10"), ValueError);
   CHECK_THROWS_AS(plan::parse_max_memory("0=1GB,0=2GB"), ValueError);
   CHECK_THROWS_AS(plan::parse_max_memory("0"), ValueError);
+}
+
+TEST_CASE("parse_max_memory names the option, refuses overflow and warns about bits", "[plan][max_memory]") {
+  CHECK_THROWS_WITH(plan::parse_max_memory("0=18446744073709551616", "--max-memory"),
+                    Catch::Contains("--max-memory 0: 18446744073709551616 is out of range"));
+  CHECK_THROWS_WITH(plan::parse_max_memory("cpu=99999999999GB"), Catch::Contains("max_memory cpu") &&
+                                                                     Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(plan::parse_max_memory("0=12XB", "--reserve"), Catch::Contains("'12XB' is not a size"));
+  CHECK_THROWS_AS(plan::parse_max_memory("mps=1GB"), DeviceError);
+  std::ostringstream warnings;
+  const auto mm = plan::parse_max_memory("0=200mb,cpu=1MB", "--max-memory", &warnings);
+  CHECK(*mm.find(Placement::gpu(0)) == ByteSize(25'000'000));
+  CHECK(warnings.str().find("'200mb' counts bits") != std::string::npos);
+  CHECK(warnings.str().find("write 200MB") != std::string::npos);
+  CHECK(warnings.str().find("cpu") == std::string::npos);
 }
 
 TEST_CASE("MaxMemory keeps Accelerate's order, sums additions and floors reserves", "[plan][max_memory]") {

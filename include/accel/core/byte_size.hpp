@@ -3,12 +3,15 @@
 //   ByteSize                          exact size in eighths of a byte (bool elements are 1/8 byte)
 //   dtype_byte_size(DType | name)     bytes of one element: 8, 4, 2, 1, bool = 1/8
 //   convert_file_size_to_int(s)       "10GB" -> 10'000'000'000, "1.5GiB", "10mb" (bits!) -> 1'250'000
+//   size_string_counts_bits(s)        true for "10mb": the caller can warn about the bits
+//   parse_byte_size(what, s)          digits as bytes, else convert_file_size_to_int, range-checked
 //
 // ByteSize keeps sums of fractional sizes exact, so size tables and budgets compare exactly
 // where Accelerate compares Python floats that are multiples of 1/8.
 #pragma once
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +19,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "accel/core/checked.hpp"
 #include "accel/core/dtype.hpp"
@@ -198,6 +202,58 @@ inline std::int64_t convert_file_size_to_int(std::string_view size) {
     return n;
   }
   throw ValueError(err);
+}
+
+/// Whether convert_file_size_to_int reads `size` as bits: a decimal unit ending in lower-case 'b'
+/// ("200mb" is 25'000'000 bytes). Accelerate does so silently; callers that take sizes from
+/// people warn, since "mb" is far more often meant as megabytes.
+inline bool size_string_counts_bits(std::string_view size) {
+  if (size.size() < 2 || size.back() != 'b') return false;
+  const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(size[size.size() - 2])));
+  return unit == 'K' || unit == 'M' || unit == 'G';
+}
+
+/// The largest size, in whole bytes, that a ByteSize holds (it counts bits in an int64): about 1 EiB.
+inline constexpr std::int64_t max_size_bytes = std::numeric_limits<std::int64_t>::max() / 8;
+
+/// A byte size typed by a person or read from a file: digits are bytes, anything else goes
+/// through convert_file_size_to_int ("10GB" powers of 10, "10GiB" powers of 2, "10mb" bits).
+/// ValueError naming `what` and the text: "out of range" for a size past max_size_bytes (so an
+/// overflowing size is told from a malformed one), "is not a size" otherwise.
+inline ByteSize parse_byte_size(std::string_view what, std::string_view text) {
+  const auto out_of_range = [&] {
+    return ValueError(std::string(what) + ": " + std::string(text) + " is out of range (0 to " +
+                      std::to_string(max_size_bytes) + " bytes)");
+  };
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc{} || v > max_size_bytes) throw out_of_range();
+    return ByteSize(v);
+  }
+  std::int64_t n = -1;
+  try {
+    n = convert_file_size_to_int(text);
+  } catch (const ValueError&) {
+  }
+  if (n >= 0 && n <= max_size_bytes) return ByteSize(n);
+  // convert_file_size_to_int also rejects sizes past int64: "1" with the same unit gives the scale
+  // that tells a huge number from a malformed one.
+  const auto unit_at = text.find_last_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") + 1;
+  double number = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + unit_at, number);
+  std::int64_t scale = 0;
+  try {
+    if (unit_at < text.size()) scale = convert_file_size_to_int("1" + std::string(text.substr(unit_at)));
+  } catch (const ValueError&) {
+  }
+  if (scale > 0 && end == text.data() + unit_at &&
+      (ec == std::errc::result_out_of_range ||
+       (ec == std::errc{} && number > 0 && number * static_cast<double>(scale) > static_cast<double>(max_size_bytes)))) {
+    throw out_of_range();
+  }
+  throw ValueError(std::string(what) + ": '" + std::string(text) +
+                   "' is not a size (bytes, or a number with a unit: 512MB, 1.5GiB)");
 }
 
 }  // namespace accel

@@ -161,7 +161,6 @@ class AtomicFile {
   }
 
   const std::string& path() const noexcept { return path_; }
-  const std::string& temp_path() const noexcept { return tmp_; }
 
  private:
   std::string path_, tmp_;

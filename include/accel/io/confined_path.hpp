@@ -31,18 +31,28 @@ namespace accel::io {
 /// Whether an entry may name its file by absolute path (see the header comment).
 enum class AbsolutePath : bool { refused, allowed };
 
-/// `entry` with control bytes escaped, for error messages ("a\0b" -> "a\x00b").
+/// `entry` with control characters escaped, for messages and tables that reach a terminal
+/// ("a\0b" -> "a\x00b"): C0 bytes, DEL, and the C1 range U+0080..U+009F (0xC2 0x80..0x9F in
+/// UTF-8, where CSI starts escape sequences some terminals obey). Other bytes pass unchanged.
 inline std::string printable_entry(std::string_view entry) {
   static constexpr char hex[] = "0123456789abcdef";
   std::string out;
-  for (const char c : entry) {
-    const auto u = static_cast<unsigned char>(c);
+  out.reserve(entry.size());
+  const auto escape = [&](unsigned char u) {
+    out += "\\x";
+    out += hex[u >> 4];
+    out += hex[u & 0xf];
+  };
+  for (std::size_t i = 0; i < entry.size(); ++i) {
+    const auto u = static_cast<unsigned char>(entry[i]);
     if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 0xf];
+      escape(u);
+    } else if (u == 0xc2 && i + 1 < entry.size() && static_cast<unsigned char>(entry[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(entry[i + 1]) <= 0x9f) {
+      escape(u);
+      escape(static_cast<unsigned char>(entry[++i]));
     } else {
-      out += c;
+      out += entry[i];
     }
   }
   return out;

@@ -24,6 +24,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/checkpoint_format.hpp"
+#include "accel/io/confined_path.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/sha256.hpp"
@@ -115,14 +116,22 @@ inline nlohmann::ordered_json inspect_to_json(const InspectResult& r) {
 inline std::string format_inspect_table(const InspectResult& r) {
   std::ostringstream os;
   os << "format: " << checkpoint_format_name(r.kind) << "\n";
-  for (const auto& [k, v] : r.metadata.items()) os << "metadata " << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  // Names and metadata come from the file: escaped, so a crafted name cannot drive the terminal.
+  for (const auto& [k, v] : r.metadata.items()) {
+    os << "metadata " << printable_entry(k) << ": "
+       << printable_entry(v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+       << "\n";
+  }
+  std::vector<std::string> names;
+  names.reserve(r.tensors.size());
   std::size_t w = 4;
-  for (const auto& t : r.tensors) w = std::max(w, t.name.size());
+  for (const auto& t : r.tensors) w = std::max(w, names.emplace_back(printable_entry(t.name)).size());
   os << std::left << std::setw(static_cast<int>(w)) << "name" << "  " << std::setw(14) << "dtype" << std::setw(22) << "shape"
      << std::right << std::setw(14) << "bytes" << "  sha256\n";
   std::uint64_t total = 0;
-  for (const auto& t : r.tensors) {
-    os << std::left << std::setw(static_cast<int>(w)) << t.name << "  " << std::setw(14) << dtype_name(t.dtype) << std::setw(22) << t.shape.str()
+  for (std::size_t i = 0; i < r.tensors.size(); ++i) {
+    const auto& t = r.tensors[i];
+    os << std::left << std::setw(static_cast<int>(w)) << names[i] << "  " << std::setw(14) << dtype_name(t.dtype) << std::setw(22) << t.shape.str()
        << std::right << std::setw(14) << t.nbytes << "  " << t.sha256 << "\n";
     total += t.nbytes;
   }

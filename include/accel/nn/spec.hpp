@@ -20,6 +20,7 @@
 
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/limits.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/nn/module.hpp"
 
@@ -43,7 +44,7 @@ class SpecBuilder {
     if (root.contains("name") && (!root["name"].is_string() || !root["name"].get<std::string>().empty())) {
       fail("$.root.name", "the root's name must be \"\"");
     }
-    auto model = declare(root, "", "$.root");
+    auto model = declare(root, "", "$.root", 1);
     link(root, *model, "", "$.root");
     if (spec.contains("no_split_modules")) {
       const auto& ns = spec["no_split_modules"];
@@ -83,6 +84,10 @@ class SpecBuilder {
     if (name.empty() || name.find('.') != std::string::npos) {
       fail(where + ".name", "'" + name + "' is not a single non-empty path component");
     }
+    if (name.size() > limits::max_name_bytes) {
+      fail(where + ".name", "a name of " + std::to_string(name.size()) + " bytes (at most " +
+                                std::to_string(limits::max_name_bytes) + ")");
+    }
   }
 
   Tensor meta_tensor(const nlohmann::json& t, const std::string& where, DType& dtype) const {
@@ -108,8 +113,14 @@ class SpecBuilder {
   }
 
   // Pass 1: every declared (non-alias) module with its own tensors.
-  std::shared_ptr<Module> declare(const nlohmann::json& j, const std::string& path, const std::string& where) {
+  // The recursion is as deep as the spec's nesting, so the nesting is capped before it can
+  // exhaust the stack; link() walks the same tree and needs no check of its own.
+  std::shared_ptr<Module> declare(const nlohmann::json& j, const std::string& path, const std::string& where,
+                                  std::size_t depth) {
     if (!j.is_object()) fail(where, "expected a module object");
+    if (depth > limits::max_module_depth) {
+      fail(where, "modules nest deeper than " + std::to_string(limits::max_module_depth) + " levels");
+    }
     auto m = std::make_shared<Module>(str_field(j, "class", where, true));
     declared_[path] = m;
     for (const char* kind : {"params", "buffers"}) {
@@ -145,7 +156,7 @@ class SpecBuilder {
         const std::string name = str_field(ch[i], "name", w, true);
         check_local_name(name, w);
         if (ch[i].contains("alias_of")) continue;
-        declare(ch[i], path.empty() ? name : path + "." + name, w);
+        declare(ch[i], path.empty() ? name : path + "." + name, w, depth + 1);
       }
     }
     return m;

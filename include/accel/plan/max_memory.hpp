@@ -1,6 +1,6 @@
 // Memory budgets per device: Accelerate's `max_memory` dictionary.
 //
-//   MaxMemory mm = parse_max_memory("0=20GiB,1=20GiB,cpu=64GB");
+//   MaxMemory mm = parse_max_memory("0=20GiB,1=20GiB,cpu=64GB");   // or ("...", "--max-memory", &std::cerr)
 //   mm.add(Placement::cpu(), ByteSize(1 << 30));   mm.reserve(0, ByteSize(2 << 30));
 //   if (const ByteSize* b = mm.find(Placement::disk())) ...
 //
@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cctype>
 #include <initializer_list>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -117,9 +119,14 @@ inline MaxMemory get_max_memory(MaxMemory mm) {
   return mm;
 }
 
-/// Parses "0=20GiB,1=20GiB,cpu=64GB" lists (values: bytes or convert_file_size_to_int strings).
-/// A device named twice throws ValueError.
-inline MaxMemory parse_max_memory(std::string_view text) {
+/// Parses "0=20GiB,1=20GiB,cpu=64GB": DEVICE=SIZE items (devices 0, 1, ..., cuda:N, cpu, disk;
+/// mps is a DeviceError) into Accelerate's device order; sizes as parse_byte_size reads them. A
+/// device named twice, a malformed item or an out-of-range size is a ValueError naming `what`
+/// (the option or argument: "--max-memory") and the item. A size that counts bits ("200mb", as
+/// Accelerate reads it) is reported on `warnings` when given: people mostly mean megabytes.
+inline MaxMemory parse_max_memory(std::string_view text, std::string_view what = "max_memory",
+                                  std::ostream* warnings = nullptr) {
+  const std::string w(what);
   // Every item is read before any is inserted, so a malformed item is reported before a repeat.
   std::vector<MaxMemory::Entry> items;
   while (!text.empty()) {
@@ -128,21 +135,32 @@ inline MaxMemory parse_max_memory(std::string_view text) {
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     if (item.empty()) continue;
     const auto eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      throw ValueError("max_memory entry '" + std::string(item) + "' is not DEVICE=SIZE");
+    if (eq == std::string_view::npos) throw ValueError(w + ": '" + std::string(item) + "' is not DEVICE=SIZE");
+    const std::string_view device = item.substr(0, eq), size = item.substr(eq + 1);
+    Placement key;
+    try {
+      key = parse_memory_key(device);
+    } catch (const DeviceError&) {
+      throw;
+    } catch (const ValueError& e) {
+      throw ValueError(w + ": " + e.what());
     }
-    const std::string_view value = item.substr(eq + 1);
-    std::int64_t bytes = 0;
-    if (!value.empty() && std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      bytes = std::stoll(std::string(value));
-    } else {
-      bytes = convert_file_size_to_int(value);
+    const std::string item_what = w + " " + std::string(device);
+    if (warnings && size_string_counts_bits(size)) {
+      std::string bytes_unit(size.substr(0, size.size() - 2));
+      bytes_unit += static_cast<char>(std::toupper(static_cast<unsigned char>(size[size.size() - 2])));
+      *warnings << "warning: " << item_what << ": '" << size << "' counts bits, as Accelerate reads a lower-case 'b' ("
+                << convert_file_size_to_int(size) << " bytes); write " << bytes_unit << "B for bytes\n";
     }
-    items.emplace_back(parse_memory_key(item.substr(0, eq)), ByteSize(bytes));
+    items.emplace_back(key, parse_byte_size(item_what, size));
   }
-  MaxMemory mm;
-  for (const auto& [k, v] : items) mm.insert(k, v);
-  return get_max_memory(std::move(mm));
+  try {
+    MaxMemory mm;
+    for (const auto& [k, v] : items) mm.insert(k, v);
+    return get_max_memory(std::move(mm));
+  } catch (const ValueError& e) {
+    throw ValueError(w + ": " + e.what());
+  }
 }
 
 }  // namespace accel::plan

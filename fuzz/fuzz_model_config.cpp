@@ -1,0 +1,92 @@
+// Fuzz target: the JSON files that describe a model rather than hold its weights: a model spec
+// (nn::module_from_spec) and a transformers config.json (LLaMA family, GPT-2, with rope scaling).
+//
+// The first byte picks the reader, the rest is the JSON text. Accepted input must obey what the
+// readers promise: a spec builds a meta tree no deeper than limits::max_module_depth whose
+// parameter names are unique; a config's counts lie in [1, limit] and its rotary frequencies are
+// finite for the head dim it implies. Rejected input must be an accel::Error, never a crash, a
+// stack overflow from nesting, or unbounded memory from a count.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/errors.hpp"
+#include "accel/core/limits.hpp"
+#include "accel/models/hf_config.hpp"
+#include "accel/models/rope.hpp"
+#include "accel/nn/spec.hpp"
+
+namespace {
+
+void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+void check_spec(const nlohmann::json& j) {
+  const auto model = accel::nn::module_from_spec(j, "fuzz-spec.json");
+  std::set<std::string> names;
+  for (const auto& [name, p] : model->named_parameters()) {
+    check(names.insert(name).second);
+    check(p.device().is_meta());
+  }
+  for (const auto& [name, m] : model->named_modules()) {
+    std::size_t depth = name.empty() ? 0 : 1;
+    for (char c : name) depth += c == '.';
+    check(depth <= accel::limits::max_module_depth);
+  }
+}
+
+void check_count(std::int64_t v, std::int64_t limit) { check(v >= 1 && v <= limit); }
+
+void check_llama(const nlohmann::json& j) {
+  namespace m = accel::models;
+  const auto c = m::llama_config_from_json(j, "fuzz-config.json");
+  check_count(c.num_hidden_layers, m::max_config_layers);
+  check_count(c.num_attention_heads, m::max_config_heads);
+  check_count(c.num_key_value_heads, m::max_config_heads);
+  check_count(c.hidden_size, m::max_config_size);
+  const std::int64_t dim = c.resolved_head_dim();
+  check(dim >= 1);
+  const auto f = m::rope_frequencies(c.rope_scaling, c.rope_theta, dim, c.max_position_embeddings);
+  for (double x : f.inv_freq) check(std::isfinite(x));
+}
+
+void check_gpt2(const nlohmann::json& j) {
+  namespace m = accel::models;
+  const auto c = m::gpt2_config_from_json(j, "fuzz-config.json");
+  check_count(c.n_layer, m::max_config_layers);
+  check_count(c.n_head, m::max_config_heads);
+  check_count(c.n_embd, m::max_config_size);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const char* text = reinterpret_cast<const char*>(data + 1);
+  // Parse failures are the JSON library's concern; the depth callback keeps its own recursion
+  // (destruction, comparison) within the bound the readers document.
+  const auto depth_cap = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    return depth <= static_cast<int>(accel::limits::max_json_depth);
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text, text + (size - 1), depth_cap);
+  } catch (const nlohmann::json::exception&) {
+    return 0;
+  }
+  try {
+    switch (data[0] % 3) {
+      case 0: check_spec(j); break;
+      case 1: check_llama(j); break;
+      default: check_gpt2(j); break;
+    }
+  } catch (const accel::Error&) {
+  }
+  return 0;
+}
