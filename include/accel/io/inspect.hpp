@@ -21,10 +21,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <iomanip>
-#include <sstream>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,8 +35,8 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/checkpoint_format.hpp"
 #include "accel/io/offload.hpp"
-#include "accel/io/safetensors.hpp"
 #include "accel/io/progress.hpp"
+#include "accel/io/safetensors.hpp"
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/tensor_sha256.hpp"
 #include "accel/io/torch_bin.hpp"
