@@ -10,6 +10,8 @@ find_package(nlohmann_json 3 REQUIRED CONFIG)
 find_path(ACCEL_XSIMD_INCLUDE_DIR xsimd/xsimd.hpp REQUIRED)
 find_package(dnnl REQUIRED CONFIG)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# libcrypto's SHA-256 (io/sha256.hpp) runs on the CPU's SHA extensions where they exist.
+find_package(OpenSSL 1.1 REQUIRED COMPONENTS Crypto)
 
 # CUDA: AUTO turns it on when the toolkit (cudart + cuBLAS) is found.
 if(NOT DEFINED ACCEL_WITH_CUDA)
@@ -55,7 +57,7 @@ message(STATUS "accel: CUDA ${ACCEL_CUDA_ENABLED}, NCCL ${ACCEL_NCCL_ENABLED}, M
 
 function(accel_link_dependencies target)
   target_link_libraries(${target} INTERFACE Boost::headers nlohmann_json::nlohmann_json
-                        DNNL::dnnl OpenMP::OpenMP_CXX)
+                        DNNL::dnnl OpenMP::OpenMP_CXX OpenSSL::Crypto)
   target_include_directories(${target} SYSTEM INTERFACE ${ACCEL_XSIMD_INCLUDE_DIR})
   if(ACCEL_CUDA_ENABLED)
     target_link_libraries(${target} INTERFACE CUDA::cudart CUDA::cublas)

@@ -6,7 +6,7 @@ set -euo pipefail
 # oneDNN's CMake package looks for OpenCL (its GPU runtime), hence the OpenCL packages.
 packages=(
   cmake ninja-build g++ ccache python3
-  libboost1.81-dev nlohmann-json3-dev libxsimd-dev libdnnl-dev
+  libboost1.81-dev nlohmann-json3-dev libxsimd-dev libdnnl-dev libssl-dev
   catch2 libbenchmark-dev libopenmpi-dev openmpi-bin
   ocl-icd-opencl-dev opencl-c-headers
 )

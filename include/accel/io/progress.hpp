@@ -22,8 +22,9 @@ class ProgressBar {
   /// Draws on std::cerr when `enabled` and stderr is a terminal.
   ProgressBar(std::string desc, std::size_t total, bool enabled)
       : ProgressBar(std::move(desc), total, enabled && ::isatty(STDERR_FILENO) ? &std::cerr : nullptr) {}
-  /// Draws on `out` (nothing when null), terminal or not.
-  ProgressBar(std::string desc, std::size_t total, std::ostream* out) : desc_(std::move(desc)), total_(total), out_(out) {
+  /// Draws on `out` (nothing when null), terminal or not. `unit` follows the counts ("512/4096 MiB").
+  ProgressBar(std::string desc, std::size_t total, std::ostream* out, std::string unit = "")
+      : desc_(std::move(desc)), total_(total), out_(out), unit_(std::move(unit)) {
     draw();
   }
   ProgressBar(const ProgressBar&) = delete;
@@ -38,6 +39,7 @@ class ProgressBar {
     draw();
   }
   std::size_t done() const noexcept { return done_; }
+  std::size_t total() const noexcept { return total_; }
   bool active() const noexcept { return out_ != nullptr; }
 
   /// The line as drawn: "desc:  50%|#####     | 1/2".
@@ -48,7 +50,7 @@ class ProgressBar {
     std::string pct = std::to_string(percent);
     pct.insert(0, 3 - pct.size(), ' ');
     return desc_ + ": " + pct + "%|" + std::string(filled, '#') + std::string(width - filled, ' ') + "| " +
-           std::to_string(done_) + "/" + std::to_string(total_);
+           std::to_string(done_) + "/" + std::to_string(total_) + unit_;
   }
 
  private:
@@ -60,6 +62,7 @@ class ProgressBar {
   std::size_t total_;
   std::size_t done_ = 0;
   std::ostream* out_;
+  std::string unit_;
 };
 
 }  // namespace accel::io
