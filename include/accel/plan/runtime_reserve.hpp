@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/models/hf_config.hpp"
@@ -34,15 +35,14 @@ struct KVCacheShape {
 };
 
 /// Bytes of a full KV cache: 2 (keys and values) x layers x kv_heads x head_dim x max_seq x batch
-/// x element size. ValueError on a negative dimension or an overflowing product.
+/// x element size. ValueError on a negative dimension, OverflowError (a ValueError) on an
+/// overflowing product.
 inline ByteSize estimate_kv_cache_bytes(const KVCacheShape& s) {
-  std::int64_t n = 2;
-  for (std::int64_t d : {s.layers, s.kv_heads, s.head_dim, s.max_seq, s.batch}) {
+  const std::int64_t dims[] = {2, s.layers, s.kv_heads, s.head_dim, s.max_seq, s.batch};
+  for (const std::int64_t d : dims) {
     if (d < 0) throw ValueError("estimate_kv_cache_bytes: negative dimension " + std::to_string(d));
-    if (d != 0 && n > INT64_MAX / 64 / d) throw ValueError("estimate_kv_cache_bytes: the cache size overflows");
-    n *= d;
   }
-  return dtype_byte_size(s.dtype) * n;
+  return dtype_byte_size(s.dtype) * checked_numel(dims, "estimate_kv_cache_bytes: the KV cache size");
 }
 
 /// The KV cache of a LLaMA-family decoder: num_hidden_layers x num_key_value_heads x head_dim
