@@ -14,8 +14,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
-#include <string>
 
 #include "accel/backend/cuda/runtime.hpp"
 #include "accel/core/dtype.hpp"
@@ -85,20 +85,18 @@ struct StridedIndex {
   }
 };
 
-/// The GPU of an op made current for its scope, and the stream its kernels go on.
+/// The GPU of an op made current for its scope, and the stream its kernels go on. Callers pass a
+/// device that holds tensors, so it is a visible GPU (asserted in debug builds).
 class OpScope {
  public:
-  explicit OpScope(Device d, const char* op) : index_(checked(d, op)), guard_(index_), stream_(current_stream(index_)) {}
+  explicit OpScope(Device d) : index_(d.index()), guard_(index_), stream_(current_stream(index_)) {
+    assert(d.is_cuda() && index_ < device_count());
+  }
   int index() const noexcept { return index_; }
   Device device() const noexcept { return Device::cuda(index_); }
   cudaStream_t stream() const noexcept { return stream_; }
 
  private:
-  static int checked(Device d, const char* op) {
-    if (!d.is_cuda()) throw DeviceError(std::string(op) + ": expected CUDA tensors, got a tensor on " + d.str());
-    check_device_index(d.index(), op);
-    return d.index();
-  }
   int index_;
   DeviceGuard guard_;
   cudaStream_t stream_;
