@@ -12,22 +12,24 @@
 
 namespace accel_test::cuda_side {
 
-/// Empty when the device codecs (float_codec.cuh, run on the host) give the bits of
-/// core/float_types.hpp for every f16 / bf16 / f8 pattern and for many f32 / f64 values;
+/// Empty when the conversion kernels' element recipe (kernels::convert_element, run on the host)
+/// gives the bits of the host's bulk conversion (convert_elements, vectorized where it can be)
+/// for every pair of floating dtypes, every f16 / bf16 / f8 pattern and many f32 / f64 values;
 /// otherwise a description of the first disagreements.
-std::string codec_disagreements();
+std::string conversion_disagreements();
 
 /// Empty when StridedIndex and the binary kernels' dim coalescing address the elements a view's
 /// strides say; otherwise what went wrong.
 std::string indexing_disagreements();
 
-/// True when kernels.cuh and ops.cuh registered their kernels and ops at start-up.
+/// True when runtime.hpp, kernels.cuh and ops.cuh filled every slot of the device backend.
 bool kernels_and_ops_registered();
 
 /// accel::cuda::contiguous: a dense copy of a strided CUDA view made by the strided-copy kernel.
 accel::Tensor contiguous_on_device(const accel::Tensor& t);
 
-/// accel::cuda::ops::matmul called directly, without the accel::ops front end.
+/// accel::cuda::ops::matmul (the slot) called directly with the batch shape and result it needs,
+/// without the accel::ops front end.
 accel::Tensor direct_matmul(const accel::Tensor& a, const accel::Tensor& b);
 
 }  // namespace accel_test::cuda_side

@@ -1,6 +1,6 @@
 // Tests of the CUDA backend: runtime, allocator, copies, streams, conversion kernels and every
 // CUDA op against the CPU ops (accel::ops with cpu tensors). GPU cases skip with a WARN where no
-// GPU is visible; the codec, indexing and registration cases run everywhere. The kernels are
+// GPU is visible; the conversion, indexing and registration cases run everywhere. The kernels are
 // compiled by nvcc in test_cuda.cu (see cuda_side.hpp for why these cases are g++ code).
 #include <catch2/catch.hpp>
 
@@ -131,7 +131,7 @@ void require_conversion_matches(const Tensor& src, DType to) {
 // ---- everywhere -----------------------------------------------------------------------------
 
 TEST_CASE("cuda: backend, kernels and ops register at start-up", "[cuda]") {
-  REQUIRE(accel::device_backend_slot(accel::DeviceType::cuda) == &cuda::backend());
+  REQUIRE(accel::cuda_backend().has_runtime());
   CHECK(side::kernels_and_ops_registered());
   CHECK(cuda::device_count() == accel::cuda_device_count());
   if (cuda::device_count() == 0) {
@@ -145,8 +145,8 @@ TEST_CASE("cuda: backend, kernels and ops register at start-up", "[cuda]") {
   }
 }
 
-TEST_CASE("cuda: the device codecs equal core/float_types.hpp on every pattern", "[cuda]") {
-  const std::string report = side::codec_disagreements();
+TEST_CASE("cuda: the conversion kernels round as the host's bulk conversion on every pattern", "[cuda]") {
+  const std::string report = side::conversion_disagreements();
   INFO(report);
   CHECK(report.empty());
 }

@@ -4,7 +4,8 @@
 // Float to integer saturates and maps NaN to 0 (C++ leaves that undefined; torch is
 // platform-dependent). Integer to integer wraps, as torch does. Anything to bool is `!= 0`.
 // The hot pairs (f16/bf16 <-> f32) run vectorized: F16C / AVX2 / AVX-512 when the build
-// enables them, a scalar loop otherwise.
+// enables them, a scalar loop otherwise. The scalar rounding onto the small formats is
+// core/float_types.hpp's, the same code the CUDA conversion kernels compile.
 #pragma once
 
 #include <array>

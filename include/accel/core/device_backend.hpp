@@ -1,75 +1,148 @@
-// DeviceBackend: the seam between the tensor layer and a device runtime.
+// DeviceBackend: the one seam between the header-only host code and the CUDA code.
 //
-// The core never includes a device runtime's headers. A backend (backend/cuda/runtime.hpp)
-// registers itself in `device_backend_slot(type)` when it is compiled in, and the tensor layer
-// reaches CUDA only through this interface, so host-only users build without the toolkit and
-// get a DeviceError that says how to enable CUDA if they ask for it.
+//   DeviceBackend            one table of function pointers: runtime, kernel and op slots
+//   cuda_backend()           the process-wide table; slots stay null until registered
+//   device_backend(d)        the table for device d, or DeviceError saying how to enable CUDA
+//   require_slot(fn, what)   a registered slot, or DeviceError naming it and its registrar
+//   cuda_is_available(), cuda_device_count()
+//
+// Why a table of plain function pointers: the tensor layer and the host ops are compiled by g++
+// without any CUDA header, and the kernels exist only in a translation unit that nvcc compiles.
+// Neither side can name the other's functions; both can name this struct. Every slot has exactly
+// one registrar, a start-up initializer in the header that implements it, so the table does not
+// depend on the order in which translation units are initialised:
+//
+//   runtime slots   backend/cuda/runtime.hpp    host code over cudart; any TU built with
+//                                               ACCEL_WITH_CUDA that includes it (accel.hpp does)
+//   kernel slots    backend/cuda/kernels.cuh    nvcc: dtype conversion and pattern fill
+//   op slots        ops/cuda/ops.cuh            nvcc: one per op of accel/ops
+//
+// A program therefore gets CUDA memory and copies from g++ code alone, and the kernels by
+// compiling one .cu file that includes ops/cuda/ops.cuh (tests/cuda_kernels/cuda.cmake shows the
+// CMake side). An empty kernel slot is not an error: the caller converts or fills through the
+// host. An empty op slot is a DeviceError naming the op.
+//
+// Contract of the op slots: the host op (accel/ops/*.hpp) has validated every argument (dtypes,
+// ranks, shapes, devices, broadcast), resolved defaults and negative dims, and allocated `out`
+// on the inputs' GPU with the result's shape and dtype; it calls the slot only when `out` has
+// elements. A slot launches its kernels on the current stream of that GPU and asserts no more
+// than cheap invariants, in debug builds.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "accel/core/device.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/shape.hpp"
 
 namespace accel {
 
-/// What the tensor layer needs from a device runtime.
-class DeviceBackend {
- public:
-  virtual ~DeviceBackend() = default;
-  virtual int device_count() const = 0;
-  /// Raw device memory; throws OutOfMemoryError. Counting is the caller's job.
-  virtual void* allocate(int index, std::size_t nbytes) = 0;
-  virtual void deallocate(int index, void* p) noexcept = 0;
-  /// Page-locked host memory, or nullptr when the runtime cannot provide it.
-  virtual void* allocate_pinned(std::size_t nbytes) noexcept = 0;
-  virtual void deallocate_pinned(void* p) noexcept = 0;
-  /// Copies bytes between any two of host / device memory. With `non_blocking`, the copy is
-  /// queued on the current stream of the device involved and may still be running on return.
-  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
-                    std::size_t nbytes, bool non_blocking) = 0;
-  /// Converts `n` contiguous elements on device `d`; returns false when no kernel exists for the
-  /// pair (the caller then converts through the host).
-  virtual bool convert(Device d, const void* src, DType src_dtype, void* dst, DType dst_dtype,
-                       std::size_t n) = 0;
-  virtual void fill(Device d, void* dst, const void* pattern, std::size_t pattern_bytes,
-                    std::size_t count) = 0;
-  /// Waits for all work queued on device `index`.
-  virtual void synchronize(int index) = 0;
+class Tensor;
+
+/// The CUDA implementations of the ops (see the header comment for what a slot may assume).
+struct DeviceOps {
+  /// `batch` is the broadcast batch shape; empty when b is 2-d (a's leading dims fold into M).
+  void (*matmul)(const Tensor& a, const Tensor& b, const Shape& batch, Tensor& out) = nullptr;
+  /// `bias` may be undefined.
+  void (*linear)(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) = nullptr;
+  /// `a` and `b` are already expanded to out's shape; out's dtype is the promoted one.
+  void (*add)(const Tensor& a, const Tensor& b, Tensor& out) = nullptr;
+  void (*mul)(const Tensor& a, const Tensor& b, Tensor& out) = nullptr;
+  void (*gelu)(const Tensor& x, bool tanh_approximation, Tensor& out) = nullptr;
+  void (*silu)(const Tensor& x, Tensor& out) = nullptr;
+  /// `dim` is already wrapped into [0, x.dim()).
+  void (*softmax)(const Tensor& x, std::size_t dim, Tensor& out) = nullptr;
+  /// `weight` / `bias` are undefined or [x.size(-1)] float tensors on x's GPU.
+  void (*layer_norm)(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& out) = nullptr;
+  void (*rms_norm)(const Tensor& x, const Tensor& weight, double eps, Tensor& out) = nullptr;
+  /// Ids are range-checked on the GPU (ValueError): only the data can tell. Called whenever ids
+  /// has elements, even when out has none (rows of width 0).
+  void (*embedding)(const Tensor& ids, const Tensor& weight, Tensor& out) = nullptr;
+  /// x [B, H, T, D], positions [T] or [B, T]; 2 * inv_freq.size() <= D.
+  void (*rotary_embedding)(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq,
+                           double attention_scaling, bool interleaved, Tensor& out) = nullptr;
+  /// q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]; `scale` resolved, `window` >= 0.
+  void (*scaled_dot_product_attention)(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                       double scale, std::int64_t window, Tensor& out) = nullptr;
+  /// `dim` is already wrapped; x has a non-empty extent there.
+  void (*argmax)(const Tensor& x, std::size_t dim, Tensor& out) = nullptr;
+  /// Tensors without elements are skipped; the others match out outside `dim`.
+  void (*cat)(const std::vector<Tensor>& xs, std::size_t dim, Tensor& out) = nullptr;
 };
 
-/// The registration slot for a device type (cuda only, for now).
-inline DeviceBackend*& device_backend_slot(DeviceType t) {
-  static DeviceBackend* cuda = nullptr;
-  if (t != DeviceType::cuda) {
-    throw DeviceError("no device backend slot for this device type");
-  }
-  return cuda;
+/// Everything the host code asks of a device runtime and its kernels.
+struct DeviceBackend {
+  // ---- runtime slots (backend/cuda/runtime.hpp) ----
+  int (*device_count)() noexcept = nullptr;
+  /// Raw device memory; throws OutOfMemoryError. Counting is the caller's job.
+  void* (*allocate)(int index, std::size_t nbytes) = nullptr;
+  void (*deallocate)(int index, void* p) noexcept = nullptr;
+  /// Page-locked host memory, or nullptr when the runtime cannot provide it.
+  void* (*allocate_pinned)(std::size_t nbytes) noexcept = nullptr;
+  void (*deallocate_pinned)(void* p) noexcept = nullptr;
+  /// Copies bytes between any two of host / device memory. With `non_blocking`, the copy is
+  /// queued on the current stream of the device involved and may still be running on return.
+  void (*copy)(void* dst, Device dst_device, const void* src, Device src_device, std::size_t nbytes,
+               bool non_blocking) = nullptr;
+  /// Repeats a `pattern_bytes` pattern `count` times at dst (through fill_kernel when there is one).
+  void (*fill)(Device d, void* dst, const void* pattern, std::size_t pattern_bytes, std::size_t count) = nullptr;
+  /// Waits for all work queued on GPU `index`.
+  void (*synchronize)(int index) = nullptr;
+
+  // ---- kernel slots (backend/cuda/kernels.cuh); false: no kernel for the request ----
+  /// Converts `n` contiguous elements on GPU d, queued on its current stream.
+  bool (*convert)(Device d, const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n) = nullptr;
+  bool (*fill_kernel)(Device d, void* dst, const void* pattern, std::size_t pattern_bytes,
+                      std::size_t count) = nullptr;
+
+  // ---- op slots (ops/cuda/ops.cuh) ----
+  DeviceOps ops;
+
+  /// True once a runtime has registered itself.
+  bool has_runtime() const noexcept { return allocate != nullptr; }
+};
+
+/// The process-wide CUDA table. Never destroyed: storages freed during static destruction may
+/// still reach it.
+inline DeviceBackend& cuda_backend() noexcept {
+  static DeviceBackend* table = new DeviceBackend();
+  return *table;
 }
 
-/// The backend for `d`, or a DeviceError naming what is missing.
-inline DeviceBackend& device_backend(Device d) {
-  DeviceBackend* b = device_backend_slot(d.type());
-  if (!b) {
+/// The table for `d` with its runtime registered, or a DeviceError naming what is missing.
+inline const DeviceBackend& device_backend(Device d) {
+  if (!d.is_cuda()) throw DeviceError("device " + d.str() + " has no device backend");
+  const DeviceBackend& b = cuda_backend();
+  if (!b.has_runtime()) {
     throw DeviceError("device " + d.str() +
                       " needs the CUDA backend: build with ACCEL_WITH_CUDA=ON (CUDA toolkit found "
                       "by CMake) and include accel/accel.hpp");
   }
-  return *b;
+  return b;
 }
 
-/// True when a CUDA backend is compiled in and sees at least one GPU.
-inline bool cuda_is_available() {
-  DeviceBackend* b = device_backend_slot(DeviceType::cuda);
-  return b && b->device_count() > 0;
+/// `fn` when registered, otherwise a DeviceError saying which op lacks a kernel and how to get it.
+template <class Fn>
+Fn require_slot(Fn fn, const char* op) {
+  if (!fn) {
+    throw DeviceError(std::string(op) +
+                      ": no CUDA kernel registered; compile one translation unit with nvcc that "
+                      "includes accel/ops/cuda/ops.cuh");
+  }
+  return fn;
 }
 
-/// Number of visible GPUs (0 without a CUDA backend).
+/// Number of visible GPUs (0 without a CUDA runtime).
 inline int cuda_device_count() {
-  DeviceBackend* b = device_backend_slot(DeviceType::cuda);
-  return b ? b->device_count() : 0;
+  const DeviceBackend& b = cuda_backend();
+  return b.device_count ? b.device_count() : 0;
 }
+
+/// True when a CUDA runtime is compiled in and sees at least one GPU.
+inline bool cuda_is_available() { return cuda_device_count() > 0; }
 
 }  // namespace accel

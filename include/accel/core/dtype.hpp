@@ -4,7 +4,8 @@
 //   dtype_of<T>                DType of a C++ element type
 //   cpp_type_t<D>              C++ element type of a DType
 //   all_dtypes                 mp_list of every element type, for compile-time dispatch
-//   visit_dtype(d, f)          f(std::type_identity<T>{}) for the runtime d
+//   visit_dtype_constant(d, f) f(std::integral_constant<DType, D>{}) for the runtime d
+//   visit_dtype(d, f)          f(std::type_identity<T>{}) for the runtime d (built on the above)
 //   dtype_from_string(s)       torch ("float16", "torch.bfloat16", "half") or safetensors ("BF16")
 //
 // Packed quantized storage types join later as enumerators whose block size exceeds one
@@ -156,13 +157,23 @@ inline constexpr DType dtype_of =
 template <DType D>
 using cpp_type_t = boost::mp11::mp_at_c<all_dtypes, static_cast<std::size_t>(D)>;
 
-/// Calls f(std::type_identity<T>{}) with T the element type of `d`.
+/// Calls f(std::integral_constant<DType, D>{}) with D the runtime `d`: the one dtype dispatcher,
+/// for code that needs the dtype as a template argument (a CUDA kernel instantiated per dtype,
+/// restricted with `if constexpr` to the dtypes it handles).
 template <class F>
-decltype(auto) visit_dtype(DType d, F&& f) {
+decltype(auto) visit_dtype_constant(DType d, F&& f) {
   const auto i = static_cast<std::size_t>(d);
   if (i >= dtype_count) throw DTypeError("invalid DType value " + std::to_string(i));
   return boost::mp11::mp_with_index<dtype_count>(i, [&](auto I) -> decltype(auto) {
-    return f(std::type_identity<boost::mp11::mp_at_c<all_dtypes, I>>{});
+    return f(std::integral_constant<DType, static_cast<DType>(decltype(I)::value)>{});
+  });
+}
+
+/// Calls f(std::type_identity<T>{}) with T the element type of `d`.
+template <class F>
+decltype(auto) visit_dtype(DType d, F&& f) {
+  return visit_dtype_constant(d, [&](auto D) -> decltype(auto) {
+    return f(std::type_identity<cpp_type_t<decltype(D)::value>>{});
   });
 }
 

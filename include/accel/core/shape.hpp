@@ -102,4 +102,22 @@ inline std::size_t wrap_dim(std::int64_t dim, std::size_t ndim, const char* op) 
   return static_cast<std::size_t>(d);
 }
 
+/// torch's broadcast of two shapes (right-aligned, extent 1 stretches); ShapeError names `op`
+/// and the first dimension that disagrees.
+inline Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
+    const std::int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    if (da != db && da != 1 && db != 1) {
+      throw ShapeError(std::string(op) + ": shapes " + a.str() + " and " + b.str() +
+                       " are not broadcastable (dimension " + std::to_string(i) + ": " +
+                       std::to_string(da) + " vs " + std::to_string(db) + ")");
+    }
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
 }  // namespace accel

@@ -51,8 +51,8 @@ class StorageImpl {
         detail::memory_counter(device_).release(nbytes_);
         break;
       case MemoryKind::pinned:
-        if (auto* b = device_backend_slot(DeviceType::cuda); b && via_backend_) {
-          b->deallocate_pinned(data_);
+        if (via_backend_) {
+          cuda_backend().deallocate_pinned(data_);
         } else {
           ::operator delete(data_, std::align_val_t(host_alignment));
         }
@@ -60,7 +60,7 @@ class StorageImpl {
         detail::pinned_memory_counter().release(nbytes_);
         break;
       case MemoryKind::cuda:
-        if (auto* b = device_backend_slot(DeviceType::cuda)) b->deallocate(device_.index(), data_);
+        if (auto* free_fn = cuda_backend().deallocate) free_fn(device_.index(), data_);
         detail::memory_counter(device_).release(nbytes_);
         break;
       case MemoryKind::mapped:
@@ -132,7 +132,7 @@ class Storage {
     impl->kind_ = MemoryKind::pinned;
     void* p = nullptr;
     if (cuda_is_available()) {
-      p = device_backend_slot(DeviceType::cuda)->allocate_pinned(nbytes ? nbytes : 1);
+      p = cuda_backend().allocate_pinned(nbytes ? nbytes : 1);
       impl->via_backend_ = p != nullptr;
     }
     if (!p) p = ::operator new(nbytes ? nbytes : 1, std::align_val_t(host_alignment), std::nothrow);

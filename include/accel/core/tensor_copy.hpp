@@ -1,9 +1,9 @@
 // Copy, conversion and fill for Tensor, on the host and across devices.
 //
 // Host copies run one converted row at a time (vectorized when both rows are dense), split over
-// the CPU threads. Copies that touch a GPU go through the DeviceBackend: a direct transfer when
-// the layouts allow it, a device kernel when one is registered, otherwise staged through host
-// memory (correct for any strides, slower).
+// the CPU threads. Copies that touch a GPU go through the device backend's slots
+// (core/device_backend.hpp): a direct transfer when the layouts allow it, a conversion kernel
+// when one is registered, otherwise staged through host memory (correct for any strides, slower).
 #pragma once
 
 #include <algorithm>
@@ -139,9 +139,10 @@ inline Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
     return *this;
   }
   if (is_cuda() && src.device() == device_ && src.is_contiguous() && is_contiguous()) {
-    if (device_backend(device_).convert(device_, src.data_ptr(), src.dtype(), data_ptr(), dtype_,
-                                        static_cast<std::size_t>(numel()))) {
-      if (!non_blocking) device_backend(device_).synchronize(device_.index());
+    const DeviceBackend& b = device_backend(device_);
+    if (b.convert && b.convert(device_, src.data_ptr(), src.dtype(), data_ptr(), dtype_,
+                               static_cast<std::size_t>(numel()))) {
+      if (!non_blocking) b.synchronize(device_.index());
       return *this;
     }
   }

@@ -12,7 +12,6 @@
 #include "accel/core/convert.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
@@ -33,7 +32,7 @@ inline Tensor argmax(const Tensor& x, std::int64_t dim = -1) {
   out_shape.erase(d);
   const Device dev = detail::placement_of(op, {&x});
   if (dev.is_meta()) return Tensor::empty(out_shape, DType::i64, dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().argmax, op)(x, dim);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::argmax, op, out_shape, DType::i64, dev, x, d);
   Tensor out = Tensor::empty(out_shape, DType::i64);
   if (out.numel() == 0) return out;
   const Tensor xc = x.contiguous();

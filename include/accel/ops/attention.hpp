@@ -19,7 +19,6 @@
 #include "accel/backend/cpu/kernels.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
@@ -157,7 +156,8 @@ inline Tensor sdpa_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   }
   if (dev.is_cuda()) {
     if (key_mask.defined()) throw DeviceError(std::string(op) + ": a key_mask has no CUDA kernel yet");
-    return require_cuda_op(cuda_ops().scaled_dot_product_attention, op)(q, k, v, is_causal, scale, window);
+    return detail::run_cuda(&DeviceOps::scaled_dot_product_attention, op, out_shape, q.dtype(), dev, q, k, v, is_causal,
+                            scale.value_or(1.0 / std::sqrt(static_cast<double>(D))), window);
   }
   Tensor out = Tensor::empty(out_shape, q.dtype());
   if (out.numel() == 0) return out;

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
@@ -58,7 +57,7 @@ inline Tensor cat(const std::vector<Tensor>& xs, std::int64_t dim = 0) {
                         std::to_string(ref) + " is on " + dev.str());
     }
   }
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().cat, op)(xs, dim);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::cat, op, out_shape, r.dtype(), dev, xs, d);
   Tensor out = Tensor::empty(out_shape, r.dtype(), dev);
   std::int64_t off = 0;
   for (const Tensor& t : xs) {

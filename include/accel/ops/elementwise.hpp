@@ -17,11 +17,12 @@
 #include "accel/backend/cpu/kernels.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
-#include "accel/ops/matmul.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
+
+/// GELU variants, as torch names them.
+enum class GeluApproximate : unsigned char { none, tanh };
 
 namespace detail {
 
@@ -82,15 +83,15 @@ inline const float* load_segment(const Tensor& t, std::int64_t off, std::int64_t
   return buf;
 }
 
-template <class Op, class CudaFn>
-Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, CudaFn cuda_fn) {
+template <class Op, class CudaSlot>
+Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, CudaSlot cuda_slot) {
   check_float(op, "a", a);
   check_float(op, "b", b);
   const Shape shape = broadcast_shapes(op, a.shape(), b.shape());
   const DType rdt = promote_float(a.dtype(), b.dtype());
   const Device dev = placement_of(op, {&a, &b});
   if (dev.is_meta()) return Tensor::empty(shape, rdt, dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_fn, op)(a, b);
+  if (dev.is_cuda()) return run_cuda(cuda_slot, op, shape, rdt, dev, a.expand(shape), b.expand(shape));
   Tensor out = Tensor::empty(shape, rdt);
   if (shape.numel() == 0) return out;
   const Tensor ae = a.expand(shape), be = b.expand(shape);
@@ -163,12 +164,12 @@ Tensor unary_op(const Tensor& x, Kernel kernel) {
 
 /// a + b with torch broadcasting; both float (f32 / f16 / bf16), the result in their common dtype.
 inline Tensor add(const Tensor& a, const Tensor& b) {
-  return detail::binary_op<backend::cpu::AddOp>("add", a, b, cuda_ops().add);
+  return detail::binary_op<backend::cpu::AddOp>("add", a, b, &DeviceOps::add);
 }
 
 /// a * b with torch broadcasting; both float (f32 / f16 / bf16), the result in their common dtype.
 inline Tensor mul(const Tensor& a, const Tensor& b) {
-  return detail::binary_op<backend::cpu::MulOp>("mul", a, b, cuda_ops().mul);
+  return detail::binary_op<backend::cpu::MulOp>("mul", a, b, &DeviceOps::mul);
 }
 
 /// GELU: exact erf form by default, torch's tanh approximation on request.
@@ -176,7 +177,9 @@ inline Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximat
   detail::check_float("gelu", "input", x);
   const Device dev = detail::placement_of("gelu", {&x});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().gelu, "gelu")(x, approximate);
+  if (dev.is_cuda()) {
+    return detail::run_cuda(&DeviceOps::gelu, "gelu", x.shape(), x.dtype(), dev, x, approximate == GeluApproximate::tanh);
+  }
   if (approximate == GeluApproximate::tanh) return detail::unary_op(x, backend::cpu::gelu_tanh_row);
   return detail::unary_op(x, backend::cpu::gelu_erf_row);
 }
@@ -186,7 +189,7 @@ inline Tensor silu(const Tensor& x) {
   detail::check_float("silu", "input", x);
   const Device dev = detail::placement_of("silu", {&x});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().silu, "silu")(x);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::silu, "silu", x.shape(), x.dtype(), dev, x);
   return detail::unary_op(x, backend::cpu::silu_row);
 }
 

@@ -19,10 +19,14 @@
 
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
+
+/// Rotary layouts.
+/// `half_split` rotates (x[i], x[i + d/2]) pairs (HF LLaMA and GPT-NeoX); `interleaved` rotates
+/// (x[2i], x[2i+1]) pairs (Meta's original LLaMA checkpoints, GPT-J).
+enum class RopeLayout : unsigned char { half_split, interleaved };
 
 /// torch.nn.functional.embedding: ids (int64 or int32, any shape) select rows of weight
 /// [num_embeddings, dim]; the result is [*ids.shape, dim] in weight's dtype.
@@ -40,7 +44,12 @@ inline Tensor embedding(const Tensor& ids, const Tensor& weight) {
   out_shape.push_back(weight.size(1));
   const Device dev = detail::placement_of(op, {&ids, &weight});
   if (dev.is_meta()) return Tensor::empty(out_shape, weight.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().embedding, op)(ids, weight);
+  if (dev.is_cuda()) {
+    Tensor out = Tensor::empty(out_shape, weight.dtype(), dev);
+    // Called for rows of width 0 too: the ids are still checked.
+    if (ids.numel() > 0) detail::cuda_op(&DeviceOps::embedding, op)(ids, weight, out);
+    return out;
+  }
   Tensor out = Tensor::empty(out_shape, weight.dtype());
   const auto count = static_cast<std::size_t>(ids.numel());
   if (count == 0) return out;
@@ -103,7 +112,10 @@ inline Tensor rotary_embedding(const Tensor& x, const Tensor& positions, const s
   const bool per_batch = positions.dim() == 2;
   const Device dev = detail::placement_of(op, {&x, &positions});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().rotary_embedding, op)(x, positions, inv_freq, attention_scaling, layout);
+  if (dev.is_cuda()) {
+    return detail::run_cuda(&DeviceOps::rotary_embedding, op, x.shape(), x.dtype(), dev, x, positions, inv_freq,
+                            attention_scaling, layout == RopeLayout::interleaved);
+  }
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (x.numel() == 0) return out;

@@ -20,7 +20,6 @@
 #include "accel/backend/cpu/kernels.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
@@ -62,22 +61,6 @@ inline std::optional<backend::cpu::MatrixLayout> batched_layout(const Tensor& t,
   l->batch_stride = stride < 0 ? 0 : stride;
   // A true broadcast (stride 0) is fine; a real stride must not make matrices overlap.
   return l;
-}
-
-inline Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
-  const std::size_t n = std::max(a.size(), b.size());
-  Shape out;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
-    const std::int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
-    if (da != db && da != 1 && db != 1) {
-      throw ShapeError(std::string(op) + ": shapes " + a.str() + " and " + b.str() +
-                       " are not broadcastable (dimension " + std::to_string(i) + ": " +
-                       std::to_string(da) + " vs " + std::to_string(db) + ")");
-    }
-    out.push_back(da == 1 ? db : da);
-  }
-  return out;
 }
 
 inline Shape slice_shape(const Shape& s, std::size_t begin, std::size_t end) {
@@ -131,7 +114,7 @@ inline Tensor matmul_into(const Tensor& a, const Tensor& b, const Tensor* out_ar
     out_shape = a.shape();
     out_shape[out_shape.size() - 1] = N;
   } else {
-    batch = detail::broadcast_shapes(op, detail::slice_shape(a.shape(), 0, a.dim() - 2),
+    batch = broadcast_shapes(op, detail::slice_shape(a.shape(), 0, a.dim() - 2),
                                      detail::slice_shape(b.shape(), 0, b.dim() - 2));
     out_shape = batch;
     out_shape.push_back(M);
@@ -153,7 +136,8 @@ inline Tensor matmul_into(const Tensor& a, const Tensor& b, const Tensor* out_ar
     return o;
   };
   if (dev.is_meta()) return out_arg ? *out_arg : Tensor::empty(out_shape, a.dtype(), dev);
-  if (dev.is_cuda()) return deliver(require_cuda_op(cuda_ops().matmul, op)(a, b));
+  // `batch` stays empty for a 2-d b: the CUDA slot then folds a's leading dims into M.
+  if (dev.is_cuda()) return deliver(detail::run_cuda(&DeviceOps::matmul, op, out_shape, a.dtype(), dev, a, b, batch));
   if (out_shape.numel() == 0 || K == 0) return deliver(Tensor::zeros(out_shape, a.dtype()));
 
   using backend::cpu::MatmulProblem;
@@ -250,7 +234,7 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   out_shape[out_shape.size() - 1] = N;
   const Device dev = detail::placement_of(op, {&x, &weight, &bias});
   if (dev.is_meta()) return Tensor::empty(out_shape, x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().linear, op)(x, weight, bias);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::linear, op, out_shape, x.dtype(), dev, x, weight, bias);
   if (out_shape.numel() == 0) return Tensor::zeros(out_shape, x.dtype());
 
   Tensor bias_f;

@@ -16,7 +16,6 @@
 #include "accel/backend/cpu/kernels.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/ops/cuda_table.hpp"
 #include "accel/ops/op_support.hpp"
 
 namespace accel::ops {
@@ -76,7 +75,7 @@ inline Tensor softmax(const Tensor& x, std::int64_t dim = -1) {
   const std::size_t d = wrap_dim(dim, x.dim(), op);
   const Device dev = detail::placement_of(op, {&x});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().softmax, op)(x, dim);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::softmax, op, x.shape(), x.dtype(), dev, x, d);
   const auto last = static_cast<std::int64_t>(x.dim() - 1);
   auto kernel = [](const float* in, float* o, std::size_t n) { backend::cpu::softmax_row(in, o, n); };
   if (static_cast<std::int64_t>(d) == last) return detail::map_rows(x, kernel);
@@ -95,7 +94,7 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
   const Tensor b = detail::norm_param(op, "bias", bias, x);
   const Device dev = detail::placement_of(op, {&x, &weight, &bias});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().layer_norm, op)(x, weight, bias, eps);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::layer_norm, op, x.shape(), x.dtype(), dev, x, weight, bias, eps);
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   const auto e = static_cast<float>(eps);
@@ -113,7 +112,7 @@ inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6)
   const Tensor w = detail::norm_param(op, "weight", weight, x);
   const Device dev = detail::placement_of(op, {&x, &weight});
   if (dev.is_meta()) return Tensor::empty(x.shape(), x.dtype(), dev);
-  if (dev.is_cuda()) return require_cuda_op(cuda_ops().rms_norm, op)(x, weight, eps);
+  if (dev.is_cuda()) return detail::run_cuda(&DeviceOps::rms_norm, op, x.shape(), x.dtype(), dev, x, weight, eps);
   const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
   const auto e = static_cast<float>(eps);
   return detail::map_rows(x, [&](const float* in, float* o, std::size_t n) {

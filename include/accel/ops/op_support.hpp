@@ -4,6 +4,7 @@
 //   check_defined(op, name, t)          ValueError for an undefined tensor
 //   check_float(op, name, t)            DTypeError unless f32 / f16 / bf16
 //   placement_of(op, {tensors...})      meta if any input is meta, else the one common device
+//   run_cuda(&DeviceOps::x, op, ...)    a fresh result on the GPU, filled by the op's CUDA slot
 //   load_row(t_dtype, src, buf, n)      f32 view of n elements (no copy for f32)
 //   store_row(src, dtype, dst, n)       writes n f32 values as dtype
 #pragma once
@@ -16,6 +17,7 @@
 
 #include "accel/core/autocast_state.hpp"
 #include "accel/core/convert.hpp"
+#include "accel/core/device_backend.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
@@ -69,6 +71,23 @@ inline Device placement_of(const char* op, std::initializer_list<const Tensor*> 
     }
   }
   return dev;
+}
+
+/// The CUDA slot of op `op`, or DeviceError saying how to get it.
+template <class Fn>
+Fn cuda_op(Fn DeviceOps::*slot, const char* op) {
+  return require_slot(cuda_backend().ops.*slot, op);
+}
+
+/// A fresh `shape` / `dtype` result on GPU `dev`, computed by the op's CUDA slot from `args`
+/// (validated by the caller, as the slot contract in core/device_backend.hpp asks); the slot is
+/// not called for an empty result.
+template <class Fn, class... Args>
+Tensor run_cuda(Fn DeviceOps::*slot, const char* op, const Shape& shape, DType dtype, Device dev,
+                const Args&... args) {
+  Tensor out = Tensor::empty(shape, dtype, dev);
+  if (out.numel() > 0) cuda_op(slot, op)(args..., out);
+  return out;
 }
 
 /// A contiguous tensor with `t`'s values as f32 (no copy when it already is one).

@@ -1,9 +1,9 @@
 // Data-movement kernels of the CUDA backend (nvcc only): dtype conversion, fill, strided copy.
-// Including this header in one .cu translation unit registers the conversion and fill kernels
-// with CudaBackend, so Tensor::to / copy_ / fill_ on a GPU stay on the GPU.
+// Including this header in one .cu translation unit fills the kernel slots of the device backend
+// (core/device_backend.hpp), so Tensor::to / copy_ / fill_ on a GPU stay on the GPU.
 //
 //   kernels::convert_on_device(...)   every pair of f64 / f32 / f16 / bf16 / f8 e4m3fn / e5m2,
-//                                     bit-exact with the host conversion (core/float_types.hpp)
+//                                     with the host's rounding (the same code: core/float_types.hpp)
 //   kernels::fill_on_device(...)      repeats a 1, 2, 4 or 8 byte pattern
 //   cuda::contiguous(t)               a dense copy of a strided CUDA view, on the GPU
 #pragma once
@@ -13,105 +13,78 @@
 #include <cstring>
 #include <type_traits>
 
-#include "accel/backend/cuda/float_codec.cuh"
 #include "accel/backend/cuda/launch.cuh"
 #include "accel/backend/cuda/runtime.hpp"
+#include "accel/core/device_backend.hpp"
+#include "accel/core/dtype.hpp"
+#include "accel/core/float_types.hpp"
 #include "accel/core/tensor.hpp"
 
 namespace accel::cuda::kernels {
 
-/// True for the dtypes the conversion kernels handle.
-constexpr bool has_convert_kernel(DType d) {
-  return d == DType::f64 || d == DType::f32 || d == DType::f16 || d == DType::bf16 ||
-         d == DType::f8_e4m3fn || d == DType::f8_e5m2;
-}
+/// True for the dtypes the conversion kernels handle (every floating dtype).
+constexpr bool has_convert_kernel(DType d) { return is_floating_point(d); }
 
-/// Element `i` of a small-float (or f32) array as the exact f32 the host conversion produces.
+/// Element `i` of a floating array of dtype D as the exact f32 the host conversion produces
+/// (f16 signalling NaNs quietened, as the host's F16C path does).
 template <DType D>
-__device__ inline float load_exact(const void* p, std::int64_t i) {
-  if constexpr (D == DType::f32) {
-    return static_cast<const float*>(p)[i];
-  } else if constexpr (D == DType::f16) {
-    return codec::decode_f16(static_cast<const std::uint16_t*>(p)[i]);
-  } else if constexpr (D == DType::bf16) {
-    return codec::decode<codec::bf16>(static_cast<const std::uint16_t*>(p)[i]);
-  } else if constexpr (D == DType::f8_e4m3fn) {
-    return codec::decode<codec::e4m3fn>(static_cast<const std::uint8_t*>(p)[i]);
-  } else {
-    static_assert(D == DType::f8_e5m2);
-    return codec::decode<codec::e5m2>(static_cast<const std::uint8_t*>(p)[i]);
-  }
-}
-
-/// Stores an f32 (already rounded to odd when it came from f64) as a small format.
-template <DType D>
-__device__ inline void store_small(void* p, std::int64_t i, float v) {
+__host__ __device__ inline float load_exact(const void* p, std::int64_t i) {
+  const auto v = static_cast<const cpp_type_t<D>*>(p)[i];
   if constexpr (D == DType::f16) {
-    static_cast<std::uint16_t*>(p)[i] = static_cast<std::uint16_t>(codec::encode<codec::f16>(v));
-  } else if constexpr (D == DType::bf16) {
-    static_cast<std::uint16_t*>(p)[i] = static_cast<std::uint16_t>(codec::encode<codec::bf16>(v));
-  } else if constexpr (D == DType::f8_e4m3fn) {
-    static_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(codec::encode<codec::e4m3fn>(v));
+    return accel::detail::decode_f16_quiet(v.bits);
   } else {
-    static_assert(D == DType::f8_e5m2);
-    static_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(codec::encode<codec::e5m2>(v));
+    return static_cast<float>(v);
   }
 }
 
-/// dst[i] = src[i] converted from S to D with the host's rounding (see float_codec.cuh).
+/// dst[i] = src[i] converted from S to D (floating dtypes, S != D) with the host's rounding;
+/// host code runs it too, so a test can hold it against the host's vectorized conversion.
 template <DType S, DType D>
-__global__ void convert_kernel(const void* __restrict__ src, void* __restrict__ dst, std::int64_t n) {
-  ACCEL_GRID_STRIDE(i, n) {
-    if constexpr (S == DType::f64) {
-      const double v = static_cast<const double*>(src)[i];
-      if constexpr (D == DType::f64) {
-        static_cast<double*>(dst)[i] = v;
-      } else if constexpr (D == DType::f32) {
-        static_cast<float*>(dst)[i] = codec::f64_to_f32(v);
-      } else {
-        store_small<D>(dst, i, codec::narrow_double(v));
-      }
+__host__ __device__ inline void convert_element(const void* src, void* dst, std::int64_t i) {
+  using To = cpp_type_t<D>;
+  if constexpr (S == DType::f64) {
+    const double v = static_cast<const double*>(src)[i];
+    if constexpr (D == DType::f32) {
+      static_cast<float*>(dst)[i] = accel::detail::f64_to_f32(v);
     } else {
-      const float v = load_exact<S>(src, i);
-      if constexpr (D == DType::f64) {
-        static_cast<double*>(dst)[i] = codec::f32_to_f64(v);
-      } else if constexpr (D == DType::f32) {
-        static_cast<float*>(dst)[i] = v;
-      } else {
-        store_small<D>(dst, i, v);
-      }
+      static_cast<To*>(dst)[i] = To(accel::detail::narrow_double(v));  // D is a small float
+    }
+  } else {
+    const float v = load_exact<S>(src, i);
+    if constexpr (D == DType::f64) {
+      static_cast<double*>(dst)[i] = accel::detail::f32_to_f64(v);
+    } else if constexpr (D == DType::f32) {
+      static_cast<float*>(dst)[i] = v;
+    } else {
+      static_cast<To*>(dst)[i] = To(v);
     }
   }
 }
 
-/// Calls f(std::integral_constant<DType, d>{}) for a dtype with a conversion kernel.
-template <class F>
-void visit_convert_dtype(DType d, F&& f) {
-  switch (d) {
-    case DType::f64: f(std::integral_constant<DType, DType::f64>{}); break;
-    case DType::f32: f(std::integral_constant<DType, DType::f32>{}); break;
-    case DType::f16: f(std::integral_constant<DType, DType::f16>{}); break;
-    case DType::bf16: f(std::integral_constant<DType, DType::bf16>{}); break;
-    case DType::f8_e4m3fn: f(std::integral_constant<DType, DType::f8_e4m3fn>{}); break;
-    case DType::f8_e5m2: f(std::integral_constant<DType, DType::f8_e5m2>{}); break;
-    default: throw DTypeError("no CUDA conversion kernel for " + std::string(dtype_name(d)));
-  }
+template <DType S, DType D>
+__global__ void convert_kernel(const void* __restrict__ src, void* __restrict__ dst, std::int64_t n) {
+  ACCEL_GRID_STRIDE(i, n) { convert_element<S, D>(src, dst, i); }
 }
 
-/// Converts `n` elements on the current device, queued on `stream`. False for dtypes without a
+/// Converts `n` elements on GPU `d`, queued on its current stream. False for dtypes without a
 /// kernel (integers, bool: the caller converts through the host).
-inline bool convert_on_device(int /*device*/, cudaStream_t stream, const void* src, DType src_dtype, void* dst,
-                              DType dst_dtype, std::size_t n) {
+inline bool convert_on_device(Device d, const void* src, DType src_dtype, void* dst, DType dst_dtype,
+                              std::size_t n) {
   if (!has_convert_kernel(src_dtype) || !has_convert_kernel(dst_dtype)) return false;
   if (n == 0) return true;
+  OpScope scope(d);
   if (src_dtype == dst_dtype) {
-    check(cudaMemcpyAsync(dst, src, n * itemsize(src_dtype), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(dst, src, n * itemsize(src_dtype), cudaMemcpyDeviceToDevice, scope.stream()),
+          "cudaMemcpyAsync");
     return true;
   }
   const auto count = static_cast<std::int64_t>(n);
-  visit_convert_dtype(src_dtype, [&](auto s) {
-    visit_convert_dtype(dst_dtype, [&](auto d) {
-      convert_kernel<decltype(s)::value, decltype(d)::value><<<grid_for(count), block_threads, 0, stream>>>(src, dst, count);
+  visit_dtype_constant(src_dtype, [&](auto s) {
+    visit_dtype_constant(dst_dtype, [&](auto t) {
+      constexpr DType S = decltype(s)::value, D = decltype(t)::value;
+      if constexpr (has_convert_kernel(S) && has_convert_kernel(D) && S != D) {
+        convert_kernel<S, D><<<grid_for(count), block_threads, 0, scope.stream()>>>(src, dst, count);
+      }
     });
   });
   check_launch("convert_kernel");
@@ -123,45 +96,44 @@ __global__ void fill_kernel(Word* __restrict__ dst, Word value, std::int64_t n) 
   ACCEL_GRID_STRIDE(i, n) { dst[i] = value; }
 }
 
-template <class Word>
-void launch_fill(cudaStream_t stream, void* dst, const void* pattern, std::size_t count) {
-  Word w;
-  std::memcpy(&w, pattern, sizeof w);
-  const auto n = static_cast<std::int64_t>(count);
-  fill_kernel<Word><<<grid_for(n), block_threads, 0, stream>>>(static_cast<Word*>(dst), w, n);
-  check_launch("fill_kernel");
+/// Unsigned integer type of `Bytes` bytes: what the byte-moving kernels copy an element as.
+template <std::size_t Bytes>
+using word_t = std::conditional_t<
+    Bytes == 1, std::uint8_t,
+    std::conditional_t<Bytes == 2, std::uint16_t, std::conditional_t<Bytes == 4, std::uint32_t, std::uint64_t>>>;
+
+/// Calls f(Word{}) with an unsigned integer type as wide as one element of `d`.
+template <class F>
+void visit_word(DType d, F&& f) {
+  visit_dtype_constant(d, [&](auto t) { f(word_t<sizeof(cpp_type_t<decltype(t)::value>)>{}); });
 }
 
-/// Repeats `pattern` `count` times at `dst`, queued on `stream`. False for pattern sizes other
-/// than 1, 2, 4, 8 bytes or a destination not aligned to the pattern size.
-inline bool fill_on_device(int /*device*/, cudaStream_t stream, void* dst, const void* pattern,
-                           std::size_t pattern_bytes, std::size_t count) {
-  if (reinterpret_cast<std::uintptr_t>(dst) % pattern_bytes != 0) return false;
-  switch (pattern_bytes) {
-    case 1: launch_fill<std::uint8_t>(stream, dst, pattern, count); return true;
-    case 2: launch_fill<std::uint16_t>(stream, dst, pattern, count); return true;
-    case 4: launch_fill<std::uint32_t>(stream, dst, pattern, count); return true;
-    case 8: launch_fill<std::uint64_t>(stream, dst, pattern, count); return true;
-    default: return false;
-  }
+/// Repeats `pattern` `count` times at `dst` on GPU `d`, queued on its current stream. False for
+/// pattern sizes other than 1, 2, 4, 8 bytes or a destination not aligned to the pattern size.
+inline bool fill_on_device(Device d, void* dst, const void* pattern, std::size_t pattern_bytes, std::size_t count) {
+  const bool word = pattern_bytes == 1 || pattern_bytes == 2 || pattern_bytes == 4 || pattern_bytes == 8;
+  if (!word || reinterpret_cast<std::uintptr_t>(dst) % pattern_bytes != 0) return false;
+  if (count == 0) return true;
+  OpScope scope(d);
+  const auto n = static_cast<std::int64_t>(count);
+  auto launch = [&](auto w) {
+    using W = decltype(w);
+    W value;
+    std::memcpy(&value, pattern, sizeof value);
+    fill_kernel<W><<<grid_for(n), block_threads, 0, scope.stream()>>>(static_cast<W*>(dst), value, n);
+  };
+  if (pattern_bytes == 1) launch(word_t<1>{});
+  else if (pattern_bytes == 2) launch(word_t<2>{});
+  else if (pattern_bytes == 4) launch(word_t<4>{});
+  else launch(word_t<8>{});
+  check_launch("fill_kernel");
+  return true;
 }
 
 template <class Word>
 __global__ void strided_copy_kernel(const Word* __restrict__ src, Word* __restrict__ dst, StridedIndex index,
                                     std::int64_t n) {
   ACCEL_GRID_STRIDE(i, n) { dst[i] = src[index.offset(i)]; }
-}
-
-/// Calls f(Word{}) with an unsigned integer type as wide as one element of `d`.
-template <class F>
-void visit_word(DType d, F&& f) {
-  switch (itemsize(d)) {
-    case 1: f(std::uint8_t{}); break;
-    case 2: f(std::uint16_t{}); break;
-    case 4: f(std::uint32_t{}); break;
-    case 8: f(std::uint64_t{}); break;
-    default: throw DTypeError("no CUDA copy kernel for elements of " + std::to_string(itemsize(d)) + " bytes");
-  }
 }
 
 }  // namespace accel::cuda::kernels
@@ -172,7 +144,7 @@ namespace accel::cuda {
 /// path would stage a strided device view through host memory).
 inline Tensor contiguous(const Tensor& t) {
   if (!t.is_cuda() || t.is_contiguous()) return t.contiguous();
-  kernels::OpScope scope(t.device(), "contiguous");
+  kernels::OpScope scope(t.device());
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
   const std::int64_t n = t.numel();
   if (n == 0) return out;
@@ -187,10 +159,11 @@ inline Tensor contiguous(const Tensor& t) {
 }
 
 namespace detail {
-/// Start-up registration of the conversion and fill kernels with the backend.
+/// Start-up registration of the kernel slots of the device backend.
 inline const bool kernels_registered = [] {
-  kernel_hooks().convert = &kernels::convert_on_device;
-  kernel_hooks().fill = &kernels::fill_on_device;
+  DeviceBackend& b = cuda_backend();
+  b.convert = &kernels::convert_on_device;
+  b.fill_kernel = &kernels::fill_on_device;
   return true;
 }();
 }  // namespace detail

@@ -3,22 +3,21 @@
 //   grid_for(n)                   blocks for a grid-stride loop over n items
 //   check_launch(name)            DeviceError if the last launch failed
 //   ACCEL_GRID_STRIDE(i, n)       for-loop header of a grid-stride loop with 64-bit indices
-//   load_f32 / store_f32          f32 / f16 / bf16 elements as f32 (round to nearest even)
+//   load_f32 / store_f32          f32 / f16 / bf16 elements as f32, with the host's rounding
 //   StridedIndex                  linear index -> element offset of a strided view
 //   OpScope                       the device and stream an op runs on
 //   block_sum / block_max         block-wide reductions (blockDim a multiple of 32, <= 1024)
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
-#include <string>
 
 #include "accel/backend/cuda/runtime.hpp"
 #include "accel/core/dtype.hpp"
+#include "accel/core/float_types.hpp"
 #include "accel/core/shape.hpp"
 #include "accel/core/tensor.hpp"
 
@@ -40,11 +39,15 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
        i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
-/// Element `i` of an f32 / f16 / bf16 array as f32.
+// The ops' kernels take their compute dtype (f32 / f16 / bf16, checked by the host op) as a
+// runtime value rather than one instantiation per dtype: three times fewer kernels to compile
+// for every architecture. The conversions are core/float_types.hpp's, as on the host.
+
+/// Element `i` of an f32 / f16 / bf16 array as f32 (exact).
 __device__ inline float load_f32(const void* p, std::int64_t i, DType d) {
   switch (d) {
-    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::f16: return static_cast<float>(static_cast<const accel::half*>(p)[i]);
+    case DType::bf16: return static_cast<float>(static_cast<const accel::bfloat16*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
 }
@@ -52,8 +55,8 @@ __device__ inline float load_f32(const void* p, std::int64_t i, DType d) {
 /// Stores `v` as element `i` of an f32 / f16 / bf16 array (round to nearest even).
 __device__ inline void store_f32(void* p, std::int64_t i, DType d, float v) {
   switch (d) {
-    case DType::f16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case DType::f16: static_cast<accel::half*>(p)[i] = accel::half(v); break;
+    case DType::bf16: static_cast<accel::bfloat16*>(p)[i] = accel::bfloat16(v); break;
     default: static_cast<float*>(p)[i] = v; break;
   }
 }
@@ -85,20 +88,18 @@ struct StridedIndex {
   }
 };
 
-/// The GPU of an op made current for its scope, and the stream its kernels go on.
+/// The GPU of an op made current for its scope, and the stream its kernels go on. Callers pass a
+/// device that holds tensors, so it is a visible GPU (asserted in debug builds).
 class OpScope {
  public:
-  explicit OpScope(Device d, const char* op) : index_(checked(d, op)), guard_(index_), stream_(current_stream(index_)) {}
+  explicit OpScope(Device d) : index_(d.index()), guard_(index_), stream_(current_stream(index_)) {
+    assert(d.is_cuda() && index_ < device_count());
+  }
   int index() const noexcept { return index_; }
   Device device() const noexcept { return Device::cuda(index_); }
   cudaStream_t stream() const noexcept { return stream_; }
 
  private:
-  static int checked(Device d, const char* op) {
-    if (!d.is_cuda()) throw DeviceError(std::string(op) + ": expected CUDA tensors, got a tensor on " + d.str());
-    check_device_index(d.index(), op);
-    return d.index();
-  }
   int index_;
   DeviceGuard guard_;
   cudaStream_t stream_;

@@ -1,6 +1,7 @@
-// The CUDA runtime side of accel: error checks, devices, streams, events and the DeviceBackend
-// that the tensor layer reaches CUDA memory through. Host code only (<cuda_runtime_api.h>, no
-// kernels): any g++ translation unit may include it when ACCEL_WITH_CUDA is defined.
+// The CUDA runtime side of accel: error checks, devices, streams, events and the runtime slots
+// of the device backend (core/device_backend.hpp), through which the tensor layer reaches CUDA
+// memory. Host code only (<cuda_runtime_api.h>, no kernels): any g++ translation unit may
+// include it when ACCEL_WITH_CUDA is defined.
 //
 //   cuda::check(err, what)                 DeviceError naming the call and CUDA's message
 //   cuda::device_count()                   0 (never throws) when no driver or GPU is visible
@@ -8,8 +9,8 @@
 //   cuda::DeviceGuard, Stream, Event       RAII over cudaSetDevice / cudaStream_t / cudaEvent_t
 //   cuda::current_stream(i), StreamGuard   this thread's stream for device i (default: legacy 0)
 //   cuda::synchronize(i)
-//   cuda::CudaBackend                      registered in device_backend_slot(cuda) at start-up
-//   cuda::kernel_hooks()                   convert / fill kernels, filled by kernels.cuh (nvcc)
+//   cuda::CudaRuntime                      memory, copies and fills; its functions fill the
+//                                          runtime slots of accel::cuda_backend() at start-up
 //
 // Every copy, fill and kernel of the backend runs on the current stream of its device, and a
 // blocking copy waits for that stream, so work queued by the ops is always finished first.
@@ -314,24 +315,6 @@ inline void Stream::wait(const Event& e) const {
   check(cudaStreamWaitEvent(stream_, e.handle(), 0), "cudaStreamWaitEvent");
 }
 
-// ---- kernel hooks -----------------------------------------------------------------------------
-
-/// Device kernels the host-only backend can call once an nvcc translation unit registers them
-/// (kernels.cuh). Each returns false when it has no kernel for the request. They run on
-/// `stream` with `device` already current.
-struct KernelHooks {
-  bool (*convert)(int device, cudaStream_t stream, const void* src, DType src_dtype, void* dst,
-                  DType dst_dtype, std::size_t n) = nullptr;
-  bool (*fill)(int device, cudaStream_t stream, void* dst, const void* pattern,
-               std::size_t pattern_bytes, std::size_t count) = nullptr;
-};
-
-/// The process-wide hook table (empty until an nvcc translation unit includes kernels.cuh).
-inline KernelHooks& kernel_hooks() noexcept {
-  static KernelHooks hooks;
-  return hooks;
-}
-
 // ---- staged uploads -----------------------------------------------------------------------------
 
 inline constexpr std::size_t staged_upload_min_bytes = std::size_t{4} << 20;
@@ -427,12 +410,11 @@ class StagingPair {
 
 // ---- the backend ------------------------------------------------------------------------------
 
-/// accel::DeviceBackend over the CUDA runtime (see the header comment for stream semantics).
-class CudaBackend final : public DeviceBackend {
+/// Memory, copies and fills over the CUDA runtime (see the header comment for stream semantics).
+class CudaRuntime {
  public:
-  int device_count() const override { return cuda::device_count(); }
 
-  void* allocate(int index, std::size_t nbytes) override {
+  void* allocate(int index, std::size_t nbytes) {
     check_device_index(index, "allocate");
     DeviceGuard g(index);
     void* p = nullptr;
@@ -446,7 +428,7 @@ class CudaBackend final : public DeviceBackend {
     return p;
   }
 
-  void deallocate(int index, void* p) noexcept override {
+  void deallocate(int index, void* p) noexcept {
     if (!p) return;
     int previous = -1;
     const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != index &&
@@ -456,7 +438,7 @@ class CudaBackend final : public DeviceBackend {
     if (switch_device) (void)cudaSetDevice(previous);
   }
 
-  void* allocate_pinned(std::size_t nbytes) noexcept override {
+  void* allocate_pinned(std::size_t nbytes) noexcept {
     void* p = nullptr;
     if (cudaHostAlloc(&p, std::max<std::size_t>(nbytes, 1), cudaHostAllocPortable) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -465,12 +447,12 @@ class CudaBackend final : public DeviceBackend {
     return p;
   }
 
-  void deallocate_pinned(void* p) noexcept override {
+  void deallocate_pinned(void* p) noexcept {
     if (p && cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
   }
 
   void copy(void* dst, Device dst_device, const void* src, Device src_device, std::size_t nbytes,
-            bool non_blocking) override {
+            bool non_blocking) {
     if (nbytes == 0) return;
     if (!dst_device.is_cuda() && !src_device.is_cuda()) {
       std::memcpy(dst, src, nbytes);
@@ -492,18 +474,8 @@ class CudaBackend final : public DeviceBackend {
     if (!non_blocking) check(cudaStreamSynchronize(s), "cudaStreamSynchronize (copy)");
   }
 
-  bool convert(Device d, const void* src, DType src_dtype, void* dst, DType dst_dtype,
-               std::size_t n) override {
-    auto* hook = kernel_hooks().convert;
-    if (!hook) return false;
-    if (n == 0) return true;
-    check_device_index(d.index(), "convert");
-    DeviceGuard g(d.index());
-    return hook(d.index(), current_stream(d.index()), src, src_dtype, dst, dst_dtype, n);
-  }
-
   void fill(Device d, void* dst, const void* pattern, std::size_t pattern_bytes,
-            std::size_t count) override {
+            std::size_t count) {
     if (count == 0 || pattern_bytes == 0) return;
     check_device_index(d.index(), "fill");
     DeviceGuard g(d.index());
@@ -514,7 +486,7 @@ class CudaBackend final : public DeviceBackend {
       check(cudaMemsetAsync(dst, pat[0], pattern_bytes * count, s), "cudaMemsetAsync");
       return;
     }
-    if (auto* hook = kernel_hooks().fill; hook && hook(d.index(), s, dst, pattern, pattern_bytes, count)) {
+    if (auto* kernel = cuda_backend().fill_kernel; kernel && kernel(d, dst, pattern, pattern_bytes, count)) {
       return;
     }
     // No kernel compiled in: repeat the pattern in a host buffer and upload it chunk by chunk.
@@ -529,8 +501,6 @@ class CudaBackend final : public DeviceBackend {
     }
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize (fill)");  // buf dies at return
   }
-
-  void synchronize(int index) override { cuda::synchronize(index); }
 
  private:
   struct DeviceStaging {
@@ -564,17 +534,30 @@ class CudaBackend final : public DeviceBackend {
   }
 };
 
-/// The process-wide backend. Never destroyed: storages freed during static destruction may
-/// still reach it through the registration slot.
-inline CudaBackend& backend() {
-  static CudaBackend* b = new CudaBackend();
-  return *b;
+/// The process-wide runtime. Never destroyed: storages freed during static destruction may
+/// still reach it through the device backend's slots.
+inline CudaRuntime& runtime() {
+  static CudaRuntime* r = new CudaRuntime();
+  return *r;
 }
 
 namespace detail {
-/// Start-up registration: any translation unit that includes this header installs the backend.
-inline const bool backend_registered = [] {
-  device_backend_slot(DeviceType::cuda) = &backend();
+/// Start-up registration of the runtime slots: any translation unit that includes this header
+/// installs them (the same functions every time, so the order of TUs does not matter).
+inline const bool runtime_registered = [] {
+  DeviceBackend& b = cuda_backend();
+  b.device_count = [] () noexcept { return cuda::device_count(); };
+  b.allocate = [](int index, std::size_t nbytes) { return runtime().allocate(index, nbytes); };
+  b.deallocate = [](int index, void* p) noexcept { runtime().deallocate(index, p); };
+  b.allocate_pinned = [](std::size_t nbytes) noexcept { return runtime().allocate_pinned(nbytes); };
+  b.deallocate_pinned = [](void* p) noexcept { runtime().deallocate_pinned(p); };
+  b.copy = [](void* dst, Device dd, const void* src, Device sd, std::size_t n, bool non_blocking) {
+    runtime().copy(dst, dd, src, sd, n, non_blocking);
+  };
+  b.fill = [](Device d, void* dst, const void* pattern, std::size_t pattern_bytes, std::size_t count) {
+    runtime().fill(d, dst, pattern, pattern_bytes, count);
+  };
+  b.synchronize = [](int index) { cuda::synchronize(index); };
   return true;
 }();
 }  // namespace detail

@@ -1,6 +1,8 @@
-// scaled_dot_product_attention on CUDA tensors (nvcc only).
+// scaled_dot_product_attention on CUDA tensors (nvcc only): the slot of the device backend,
+// called by accel/ops/attention.hpp with validated shapes and a resolved scale.
 //
-//   ops::scaled_dot_product_attention(q [B,Hq,T,D], k [B,Hkv,S,D], v [B,Hkv,S,Dv], is_causal, scale)
+//   ops::scaled_dot_product_attention(q [B,Hq,T,D], k [B,Hkv,S,D], v [B,Hkv,S,Dv], is_causal, scale,
+//                                     window, out [B,Hq,T,Dv])
 //
 // One block per query row (b, h, t). Keys are visited in tiles of `sdpa_tile`: scores of a tile
 // go to shared memory, and a running max / sum rescale the f32 accumulator (online softmax), so
@@ -8,16 +10,15 @@
 // sees no key gets a zero row. Grouped heads: query head h reads kv head h / (Hq / Hkv).
 #pragma once
 
+#include <cassert>
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "accel/backend/cuda/kernels.cuh"
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/ops/cuda/gemm.cuh"
+#include "accel/core/tensor.hpp"
 #include "accel/ops/cuda/norm.cuh"
-#include "accel/ops/op_support.hpp"
 
 namespace accel::cuda::ops {
 
@@ -86,29 +87,26 @@ __global__ void sdpa_kernel(const void* q, const void* k, const void* v, void* o
 
 }  // namespace detail
 
-/// Attention softmax(q k^T * scale [+ causal mask, sliding window]) v of CUDA tensors. The host op
-/// (accel/ops/attention.hpp) has validated the arguments; this slot checks only its own limit.
-inline Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                           std::optional<double> scale, std::int64_t sliding_window) {
-  constexpr const char* op = "scaled_dot_product_attention";
+/// Attention softmax(q k^T * scale [+ causal mask, sliding window]) v of CUDA tensors into `out`.
+/// Head dims past what the kernel keeps in shared memory are a ValueError: that limit is this
+/// kernel's own, not the op's.
+inline void scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                         double scale, std::int64_t sliding_window, Tensor& out) {
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
   const std::int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3);
+  assert(Hkv > 0 && Hq % Hkv == 0 && k.size(3) == D && out.numel() == B * Hq * T * Dv);
   const std::size_t smem = static_cast<std::size_t>(D + detail::sdpa_tile + Dv + 33) * sizeof(float);
   if (smem > 48 * 1024) {
-    throw ValueError(std::string(op) + ": head dims D = " + std::to_string(D) + ", Dv = " + std::to_string(Dv) +
-                     " exceed what the CUDA kernel keeps in shared memory (D + Dv <= 12000)");
+    throw ValueError("scaled_dot_product_attention: head dims D = " + std::to_string(D) + ", Dv = " +
+                     std::to_string(Dv) + " exceed what the CUDA kernel keeps in shared memory (D + Dv <= 12000)");
   }
-  kernels::OpScope scope(q.device(), op);
-  Tensor out = Tensor::empty(Shape{B, Hq, T, Dv}, q.dtype(), scope.device());
+  kernels::OpScope scope(out.device());
   const std::int64_t rows = B * Hq * T;
-  if (out.numel() == 0) return out;
   const Tensor qc = cuda::contiguous(q), kc = cuda::contiguous(k), vc = cuda::contiguous(v);
-  const auto sc = static_cast<float>(scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
   detail::sdpa_kernel<><<<detail::row_blocks(rows), detail::sdpa_threads, smem, scope.stream()>>>(
-      qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), q.dtype(), Hq, Hkv, T, S, D, Dv, sc, is_causal,
-      sliding_window, rows);
+      qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), q.dtype(), Hq, Hkv, T, S, D, Dv,
+      static_cast<float>(scale), is_causal, sliding_window, rows);
   kernels::check_launch("sdpa_kernel");
-  return out;
 }
 
 }  // namespace accel::cuda::ops

@@ -1,21 +1,20 @@
-// Element-wise ops on CUDA tensors (nvcc only).
+// Element-wise ops on CUDA tensors (nvcc only): slots of the device backend, called by
+// accel/ops/elementwise.hpp with validated arguments.
 //
-//   ops::add(a, b), ops::mul(a, b)   torch broadcasting; equal dtypes keep theirs, mixed -> f32
-//   ops::gelu(x, approximate)        erf form, or torch's tanh approximation
-//   ops::silu(x)                     x * sigmoid(x)
+//   ops::add(a, b, out), ops::mul(a, b, out)   a, b already expanded to out's (broadcast) shape
+//   ops::gelu(x, tanh_approximation, out)      erf form, or torch's tanh approximation
+//   ops::silu(x, out)                          x * sigmoid(x)
 //
 // Inputs are read through their strides (broadcast and transposed views need no copy); every
 // value is computed in f32 and rounded once into the output dtype.
 #pragma once
 
+#include <cassert>
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/ops/cuda/gemm.cuh"
-#include "accel/ops/cuda_table.hpp"
-#include "accel/ops/op_support.hpp"
+#include "accel/core/tensor.hpp"
 
 namespace accel::cuda::ops {
 
@@ -70,22 +69,14 @@ __global__ void binary_kernel(const void* a, DType da, const void* b, DType db, 
 }
 
 template <BinaryKind Kind>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b) {
-  accel::ops::detail::check_float(op, "a", a);
-  accel::ops::detail::check_float(op, "b", b);
-  check_same_device(op, a, b);
-  const Shape shape = broadcast(op, a.shape(), b.shape());
-  const DType rdt = a.dtype() == b.dtype() ? a.dtype() : DType::f32;
-  kernels::OpScope scope(a.device(), op);
-  Tensor out = Tensor::empty(shape, rdt, scope.device());
+void binary(const char* op, const Tensor& a, const Tensor& b, Tensor& out) {
+  assert(a.shape() == out.shape() && b.shape() == out.shape());
+  kernels::OpScope scope(out.device());
   const std::int64_t n = out.numel();
-  if (n == 0) return out;
-  const Tensor ae = a.expand(shape), be = b.expand(shape);
-  const BinaryIndex ix = coalesce(shape, ae.strides(), be.strides());
+  const BinaryIndex ix = coalesce(out.shape(), a.strides(), b.strides());
   binary_kernel<Kind><<<kernels::grid_for(n), kernels::block_threads, 0, scope.stream()>>>(
-      ae.data_ptr(), a.dtype(), be.data_ptr(), b.dtype(), out.data_ptr(), rdt, ix, n);
+      a.data_ptr(), a.dtype(), b.data_ptr(), b.dtype(), out.data_ptr(), out.dtype(), ix, n);
   kernels::check_launch(op);
-  return out;
 }
 
 enum class UnaryKind : unsigned char { gelu_erf, gelu_tanh, silu };
@@ -108,12 +99,10 @@ __global__ void unary_kernel(const void* x, void* out, DType d, kernels::Strided
 }
 
 template <UnaryKind Kind>
-Tensor unary(const char* op, const Tensor& x) {
-  accel::ops::detail::check_float(op, "input", x);
-  kernels::OpScope scope(x.device(), op);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), scope.device());
+void unary(const char* op, const Tensor& x, Tensor& out) {
+  assert(x.shape() == out.shape() && x.dtype() == out.dtype());
+  kernels::OpScope scope(out.device());
   const std::int64_t n = out.numel();
-  if (n == 0) return out;
   kernels::StridedIndex ix;
   if (x.is_contiguous()) {
     ix.nd = 1;
@@ -125,24 +114,30 @@ Tensor unary(const char* op, const Tensor& x) {
   unary_kernel<Kind><<<kernels::grid_for(n), kernels::block_threads, 0, scope.stream()>>>(
       x.data_ptr(), out.data_ptr(), x.dtype(), ix, n);
   kernels::check_launch(op);
-  return out;
 }
 
 }  // namespace detail
 
-/// a + b of CUDA tensors with torch broadcasting (see the header comment for dtypes).
-inline Tensor add(const Tensor& a, const Tensor& b) { return detail::binary<detail::BinaryKind::add>("add", a, b); }
+/// a + b of CUDA tensors already expanded to out's shape.
+inline void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  detail::binary<detail::BinaryKind::add>("add", a, b, out);
+}
 
-/// a * b of CUDA tensors with torch broadcasting.
-inline Tensor mul(const Tensor& a, const Tensor& b) { return detail::binary<detail::BinaryKind::mul>("mul", a, b); }
+/// a * b of CUDA tensors already expanded to out's shape.
+inline void mul(const Tensor& a, const Tensor& b, Tensor& out) {
+  detail::binary<detail::BinaryKind::mul>("mul", a, b, out);
+}
 
 /// GELU of a CUDA tensor: erf form, or the tanh approximation.
-inline Tensor gelu(const Tensor& x, accel::ops::GeluApproximate approximate) {
-  if (approximate == accel::ops::GeluApproximate::tanh) return detail::unary<detail::UnaryKind::gelu_tanh>("gelu", x);
-  return detail::unary<detail::UnaryKind::gelu_erf>("gelu", x);
+inline void gelu(const Tensor& x, bool tanh_approximation, Tensor& out) {
+  if (tanh_approximation) {
+    detail::unary<detail::UnaryKind::gelu_tanh>("gelu", x, out);
+  } else {
+    detail::unary<detail::UnaryKind::gelu_erf>("gelu", x, out);
+  }
 }
 
 /// SiLU of a CUDA tensor.
-inline Tensor silu(const Tensor& x) { return detail::unary<detail::UnaryKind::silu>("silu", x); }
+inline void silu(const Tensor& x, Tensor& out) { detail::unary<detail::UnaryKind::silu>("silu", x, out); }
 
 }  // namespace accel::cuda::ops

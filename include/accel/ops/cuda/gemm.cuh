@@ -1,13 +1,15 @@
-// matmul and linear on CUDA tensors through cuBLAS (nvcc only).
+// matmul and linear on CUDA tensors through cuBLAS (nvcc only): the matmul / linear slots of
+// the device backend, called with arguments accel/ops/matmul.hpp has validated.
 //
-//   ops::matmul(a, b)            torch.matmul for >= 2-d operands, batch dims broadcast
-//   ops::linear(x, w, bias)      x[..., in] w[out, in]^T + bias; w is read transposed in place
+//   ops::matmul(a, b, batch, out)     torch.matmul for >= 2-d operands, batch dims broadcast
+//   ops::linear(x, w, bias, out)      x[..., in] w[out, in]^T + bias; w is read transposed in place
 //
 // f32, f16 and bf16 operands accumulate in f32 (CUBLAS_COMPUTE_32F, no TF32) and the result
 // keeps the operands' dtype. The bias is written into the output first and added by the GEMM
 // (beta = 1), so f16 / bf16 results are rounded once, as on the CPU.
 #pragma once
 
+#include <cassert>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -15,21 +17,16 @@
 #include "accel/backend/cuda/cublas.hpp"
 #include "accel/backend/cuda/kernels.cuh"
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/ops/op_support.hpp"
+#include "accel/core/tensor.hpp"
 
 namespace accel::cuda::ops {
 
 namespace detail {
 
-inline cudaDataType_t cublas_dtype(DType d, const char* op) {
-  switch (d) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default:
-      throw DTypeError(std::string(op) + ": cuBLAS GEMM takes float32, float16 or bfloat16, got " +
-                       std::string(dtype_name(d)));
-  }
+/// cuBLAS's name for a compute dtype (f32, f16, bf16: what the host ops let through).
+inline cudaDataType_t cublas_dtype(DType d) {
+  assert(d == DType::f32 || d == DType::f16 || d == DType::bf16);
+  return d == DType::f16 ? CUDA_R_16F : d == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 inline int gemm_int(std::int64_t v, const char* op, const char* what) {
@@ -56,7 +53,7 @@ struct Gemm {
 };
 
 inline void run_gemm(const Gemm& g, int device, const char* op) {
-  const cudaDataType_t t = cublas_dtype(g.dtype, op);
+  const cudaDataType_t t = cublas_dtype(g.dtype);
   cublasHandle_t h = cublas_handle(device);
   const float alpha = 1.0f, beta = g.beta;
   // cuBLAS is column-major: the row-major C is C^T there, and C^T = op(B)^T A^T.
@@ -74,28 +71,6 @@ inline void run_gemm(const Gemm& g, int device, const char* op) {
                                             gemm_int(g.batch, op, "batch count"), CUBLAS_COMPUTE_32F,
                                             CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx");
-  }
-}
-
-/// torch's broadcast of two shapes, ShapeError naming `op` when they do not broadcast.
-inline Shape broadcast(const char* op, const Shape& a, const Shape& b) {
-  const std::size_t n = std::max(a.size(), b.size());
-  Shape out;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
-    const std::int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
-    if (da != db && da != 1 && db != 1) {
-      throw ShapeError(std::string(op) + ": shapes " + a.str() + " and " + b.str() + " are not broadcastable");
-    }
-    out.push_back(da == 1 ? db : da);
-  }
-  return out;
-}
-
-inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  if (b.defined() && a.device() != b.device()) {
-    throw DeviceError(std::string(op) + ": inputs are on different devices (" + accel::ops::detail::describe(a) +
-                      ", " + accel::ops::detail::describe(b) + ")");
   }
 }
 
@@ -126,102 +101,50 @@ inline Tensor batch_operand(const Tensor& t, const Shape& batch, std::int64_t& s
 
 }  // namespace detail
 
-/// torch.matmul of CUDA tensors (see the header comment).
-inline Tensor matmul(const Tensor& a, const Tensor& b) {
+/// torch.matmul of CUDA tensors into `out`; `batch` is the broadcast batch shape, empty when b
+/// is 2-d (then a's leading dims fold into M and one GEMM runs).
+inline void matmul(const Tensor& a, const Tensor& b, const Shape& batch, Tensor& out) {
   constexpr const char* op = "matmul";
-  accel::ops::detail::check_float(op, "a", a);
-  accel::ops::detail::check_float(op, "b", b);
-  accel::ops::detail::check_same_dtype(op, a, b);
-  detail::check_same_device(op, a, b);
-  if (a.dim() < 2 || b.dim() < 2) {
-    throw ShapeError(std::string(op) + ": expected operands of at least 2 dimensions, got " + a.shape().str() +
-                     " and " + b.shape().str());
-  }
   const std::int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  if (b.size(-2) != K) {
-    throw ShapeError(std::string(op) + ": shapes " + a.shape().str() + " and " + b.shape().str() +
-                     " cannot be multiplied (" + std::to_string(K) + " columns vs " + std::to_string(b.size(-2)) +
-                     " rows)");
+  assert(b.size(-2) == K && a.dtype() == b.dtype() && out.dtype() == a.dtype());
+  kernels::OpScope scope(out.device());
+  if (K == 0) {
+    out.fill_(0.0);
+    return;
   }
-  kernels::OpScope scope(a.device(), op);
-  const DType dt = a.dtype();
-  if (b.dim() == 2) {
-    Shape out_shape = a.shape();
-    out_shape[out_shape.size() - 1] = N;
-    Tensor out = Tensor::empty(out_shape, dt, scope.device());
-    if (out.numel() == 0) return out;
-    if (K == 0) return out.fill_(0.0);
-    // Leading dims of `a` fold into M: one GEMM.
-    const Tensor a2 = cuda::contiguous(a), b2 = cuda::contiguous(b);
-    detail::Gemm g;
-    g.m = a.numel() / K;
-    g.n = N;
-    g.k = K;
-    g.a = a2.data_ptr();
-    g.lda = K;
-    g.b = b2.data_ptr();
-    g.ldb = N;
-    g.c = out.data_ptr();
-    g.ldc = N;
-    g.dtype = dt;
-    detail::run_gemm(g, scope.index(), op);
-    return out;
-  }
-  Shape batch = detail::broadcast(op, Shape(std::span<const std::int64_t>(a.shape().data(), a.dim() - 2)),
-                                  Shape(std::span<const std::int64_t>(b.shape().data(), b.dim() - 2)));
-  Shape out_shape = batch;
-  out_shape.push_back(M);
-  out_shape.push_back(N);
-  Tensor out = Tensor::empty(out_shape, dt, scope.device());
-  if (out.numel() == 0) return out;
-  if (K == 0) return out.fill_(0.0);
   detail::Gemm g;
-  const Tensor ae = detail::batch_operand(a, batch, g.stride_a);
-  const Tensor be = detail::batch_operand(b, batch, g.stride_b);
-  g.m = M;
-  g.n = N;
   g.k = K;
-  g.a = ae.data_ptr();
+  g.n = N;
   g.lda = K;
-  g.b = be.data_ptr();
   g.ldb = N;
-  g.c = out.data_ptr();
   g.ldc = N;
-  g.stride_c = M * N;
-  g.batch = batch.numel();
-  g.dtype = dt;
+  g.dtype = a.dtype();
+  g.c = out.data_ptr();
+  Tensor ae, be;
+  if (batch.empty()) {
+    ae = cuda::contiguous(a);
+    be = cuda::contiguous(b);
+    g.m = a.numel() / K;
+  } else {
+    ae = detail::batch_operand(a, batch, g.stride_a);
+    be = detail::batch_operand(b, batch, g.stride_b);
+    g.m = M;
+    g.stride_c = M * N;
+    g.batch = batch.numel();
+  }
+  g.a = ae.data_ptr();
+  g.b = be.data_ptr();
   detail::run_gemm(g, scope.index(), op);
-  return out;
 }
 
-/// torch.nn.functional.linear of CUDA tensors; `bias` may be undefined. A weight that is a
-/// transposed view ([out, in] with unit stride along out) is also used without a copy.
-inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+/// torch.nn.functional.linear of CUDA tensors into `out`; `bias` may be undefined. A weight that
+/// is a transposed view ([out, in] with unit stride along out) is also used without a copy.
+inline void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
   constexpr const char* op = "linear";
-  accel::ops::detail::check_float(op, "input", x);
-  accel::ops::detail::check_float(op, "weight", weight);
-  accel::ops::detail::check_same_dtype(op, x, weight);
-  if (bias.defined()) {
-    accel::ops::detail::check_float(op, "bias", bias);
-    accel::ops::detail::check_same_dtype(op, x, bias);
-  }
-  detail::check_same_device(op, x, weight);
-  detail::check_same_device(op, x, bias);
-  if (weight.dim() != 2 || x.dim() < 1 || x.size(-1) != weight.size(1)) {
-    throw ShapeError(std::string(op) + ": input " + x.shape().str() + " and weight " + weight.shape().str() +
-                     " do not match (expected weight [out_features, in_features])");
-  }
   const std::int64_t K = weight.size(1), N = weight.size(0);
-  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != N)) {
-    throw ShapeError(std::string(op) + ": bias " + bias.shape().str() + " does not match weight " +
-                     weight.shape().str() + " (expected [" + std::to_string(N) + "])");
-  }
-  kernels::OpScope scope(x.device(), op);
-  Shape out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = N;
-  Tensor out = Tensor::empty(out_shape, x.dtype(), scope.device());
+  assert(x.size(-1) == K && out.size(-1) == N && (!bias.defined() || bias.numel() == N));
+  kernels::OpScope scope(out.device());
   const std::int64_t total = out.numel();
-  if (total == 0) return out;
   const std::int64_t M = total / N;
   if (bias.defined()) {
     const Tensor bc = cuda::contiguous(bias);
@@ -232,7 +155,10 @@ inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
     });
     kernels::check_launch("broadcast_rows_kernel");
   }
-  if (K == 0) return bias.defined() ? out : out.fill_(0.0);
+  if (K == 0) {
+    if (!bias.defined()) out.fill_(0.0);
+    return;
+  }
   detail::Gemm g;
   std::int64_t s0 = weight.stride(0), s1 = weight.stride(1);
   if (N == 1) s0 = K;  // a single row's stride is never followed
@@ -261,7 +187,6 @@ inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   g.beta = bias.defined() ? 1.0f : 0.0f;
   g.dtype = x.dtype();
   detail::run_gemm(g, scope.index(), op);
-  return out;
 }
 
 }  // namespace accel::cuda::ops

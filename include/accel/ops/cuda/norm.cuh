@@ -1,20 +1,21 @@
-// Row-wise normalizations on CUDA tensors (nvcc only).
+// Row-wise normalizations on CUDA tensors (nvcc only): slots of the device backend, called by
+// accel/ops/norm.hpp with validated arguments.
 //
-//   ops::softmax(x, dim)                exp(x - max) / sum along any dim
-//   ops::layer_norm(x, w, b, eps)       over the last dim, biased variance; w, b optional
-//   ops::rms_norm(x, w, eps)            x * rsqrt(mean(x^2) + eps) * w; w optional
+//   ops::softmax(x, dim, out)              exp(x - max) / sum along any (wrapped) dim
+//   ops::layer_norm(x, w, b, eps, out)     over the last dim, biased variance; w, b optional
+//   ops::rms_norm(x, w, eps, out)          x * rsqrt(mean(x^2) + eps) * w; w optional
 //
 // One block per row, reductions in f32 shared by the whole block; the output keeps x's dtype.
 #pragma once
 
+#include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "accel/backend/cuda/kernels.cuh"
 #include "accel/backend/cuda/launch.cuh"
-#include "accel/ops/cuda/gemm.cuh"
-#include "accel/ops/op_support.hpp"
+#include "accel/core/tensor.hpp"
 
 namespace accel::cuda::ops {
 
@@ -90,81 +91,58 @@ __global__ void rms_norm_kernel(const void* x, const void* w, DType wd, void* ou
   }
 }
 
-/// A checked, dense optional parameter of length x.size(-1) (undefined stays undefined).
-inline Tensor norm_param(const char* op, const char* name, const Tensor& p, const Tensor& x) {
-  if (!p.defined()) return p;
-  accel::ops::detail::check_float(op, name, p);
-  check_same_device(op, x, p);
-  if (p.dim() != 1 || p.size(0) != x.size(-1)) {
-    throw ShapeError(std::string(op) + ": " + name + " of shape " + p.shape().str() +
-                     " does not match the last dimension of input " + x.shape().str() + " (expected [" +
-                     std::to_string(x.size(-1)) + "])");
-  }
-  return cuda::contiguous(p);
-}
+/// Pointer and dtype of an optional per-feature parameter (nullptr when undefined), dense.
+struct NormParam {
+  Tensor dense;
+  const void* data = nullptr;
+  DType dtype = DType::f32;
 
-inline void require_rank(const char* op, const Tensor& x) {
-  if (x.dim() == 0) throw ShapeError(std::string(op) + ": expected at least a 1-d input, got a scalar");
-}
+  explicit NormParam(const Tensor& p) {
+    if (!p.defined()) return;
+    dense = cuda::contiguous(p);
+    data = dense.data_ptr();
+    dtype = p.dtype();
+  }
+};
 
 }  // namespace detail
 
-/// torch.softmax of a CUDA tensor along `dim` (negative counts from the end).
-inline Tensor softmax(const Tensor& x, std::int64_t dim) {
-  constexpr const char* op = "softmax";
-  accel::ops::detail::check_float(op, "input", x);
-  detail::require_rank(op, x);
-  const std::size_t d = wrap_dim(dim, x.dim(), op);
-  kernels::OpScope scope(x.device(), op);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), scope.device());
-  if (out.numel() == 0) return out;
+/// torch.softmax of a CUDA tensor along `dim` (already wrapped).
+inline void softmax(const Tensor& x, std::size_t dim, Tensor& out) {
+  assert(dim < x.dim() && x.shape() == out.shape());
+  kernels::OpScope scope(out.device());
   const Tensor xc = cuda::contiguous(x);
-  const std::int64_t n = x.shape()[d];
+  const std::int64_t n = x.shape()[dim];
   std::int64_t inner = 1;
-  for (std::size_t i = d + 1; i < x.dim(); ++i) inner *= x.shape()[i];
+  for (std::size_t i = dim + 1; i < x.dim(); ++i) inner *= x.shape()[i];
   const std::int64_t rows = x.numel() / n;
   detail::softmax_kernel<><<<detail::row_blocks(rows), kernels::block_threads, 0, scope.stream()>>>(
       xc.data_ptr(), out.data_ptr(), x.dtype(), rows, n, inner);
   kernels::check_launch("softmax_kernel");
-  return out;
 }
 
 /// layer_norm of a CUDA tensor over its last dim; `weight` / `bias` ([D]) may be undefined.
-inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  constexpr const char* op = "layer_norm";
-  accel::ops::detail::check_float(op, "input", x);
-  detail::require_rank(op, x);
-  const Tensor w = detail::norm_param(op, "weight", weight, x);
-  const Tensor b = detail::norm_param(op, "bias", bias, x);
-  kernels::OpScope scope(x.device(), op);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), scope.device());
-  if (out.numel() == 0) return out;
+inline void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& out) {
+  assert(x.dim() > 0 && x.shape() == out.shape());
+  kernels::OpScope scope(out.device());
+  const detail::NormParam w(weight), b(bias);
   const Tensor xc = cuda::contiguous(x);
   const std::int64_t n = x.size(-1), rows = x.numel() / n;
   detail::layer_norm_kernel<><<<detail::row_blocks(rows), kernels::block_threads, 0, scope.stream()>>>(
-      xc.data_ptr(), w.defined() ? w.data_ptr() : nullptr, w.defined() ? w.dtype() : DType::f32,
-      b.defined() ? b.data_ptr() : nullptr, b.defined() ? b.dtype() : DType::f32, out.data_ptr(), x.dtype(), rows, n,
-      static_cast<float>(eps));
+      xc.data_ptr(), w.data, w.dtype, b.data, b.dtype, out.data_ptr(), x.dtype(), rows, n, static_cast<float>(eps));
   kernels::check_launch("layer_norm_kernel");
-  return out;
 }
 
 /// LLaMA RMSNorm of a CUDA tensor over its last dim; an undefined weight means no scale.
-inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  constexpr const char* op = "rms_norm";
-  accel::ops::detail::check_float(op, "input", x);
-  detail::require_rank(op, x);
-  const Tensor w = detail::norm_param(op, "weight", weight, x);
-  kernels::OpScope scope(x.device(), op);
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), scope.device());
-  if (out.numel() == 0) return out;
+inline void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
+  assert(x.dim() > 0 && x.shape() == out.shape());
+  kernels::OpScope scope(out.device());
+  const detail::NormParam w(weight);
   const Tensor xc = cuda::contiguous(x);
   const std::int64_t n = x.size(-1), rows = x.numel() / n;
   detail::rms_norm_kernel<><<<detail::row_blocks(rows), kernels::block_threads, 0, scope.stream()>>>(
-      xc.data_ptr(), w.defined() ? w.data_ptr() : nullptr, w.defined() ? w.dtype() : DType::f32, out.data_ptr(),
-      x.dtype(), rows, n, static_cast<float>(eps));
+      xc.data_ptr(), w.data, w.dtype, out.data_ptr(), x.dtype(), rows, n, static_cast<float>(eps));
   kernels::check_launch("rms_norm_kernel");
-  return out;
 }
 
 }  // namespace accel::cuda::ops
