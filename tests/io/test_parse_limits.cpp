@@ -59,21 +59,17 @@ std::string with_header(const std::string& header, const std::string& data) {
 }  // namespace
 
 TEST_CASE("100k-entry headers and indexes parse in linear time", "[io][parse_limits]") {
-  SECTION("safetensors header, tensors back to back") {
-    const std::string file = accel_test::many_tensor_safetensors(many, 1);
-    SafetensorsHeader h;
-    const double s = seconds([&] { h = parse_safetensors_header(as_bytes(file), "many.safetensors"); });
-    CHECK(s < parse_seconds_bound);
-    REQUIRE(h.tensors.size() == many);
-    CHECK(h.tensors.back().end == many * 4);
-    CHECK(h.find(accel_test::many_tensor_name(12345))->begin == 12345 * 4);
-  }
-  SECTION("safetensors header of empty tensors, all at offset 0") {
-    const std::string file = accel_test::many_tensor_safetensors(many, 0);
-    SafetensorsHeader h;
-    const double s = seconds([&] { h = parse_safetensors_header(as_bytes(file), "empty.safetensors"); });
-    CHECK(s < parse_seconds_bound);
-    CHECK(h.tensors.size() == many);
+  // Back to back, and all empty at offset 0 (the case that once took 40 s for 40k tensors).
+  for (const std::uint64_t extent : {1, 0}) {
+    DYNAMIC_SECTION("safetensors header of [" << extent << "] tensors") {
+      const std::string file = accel_test::many_tensor_safetensors(many, extent);
+      SafetensorsHeader h;
+      const double s = seconds([&] { h = parse_safetensors_header(as_bytes(file), "many.safetensors"); });
+      CHECK(s < parse_seconds_bound);
+      REQUIRE(h.tensors.size() == many);
+      CHECK(h.tensors.back().end == many * extent * 4);
+      CHECK(h.find(accel_test::many_tensor_name(12345))->nbytes() == extent * 4);
+    }
   }
   SECTION("sharded index") {
     const std::string text = accel_test::many_tensor_sharded_index(many);

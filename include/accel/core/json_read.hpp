@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -99,8 +100,9 @@ class BoundedJsonBuilder {
  private:
   struct Frame {
     Json* value;
-    // Key -> position, built once an insertion-ordered object outgrows a linear scan.
-    std::unique_ptr<std::unordered_map<std::string, std::size_t>> positions;
+    // Hash of a key -> its position, built once an insertion-ordered object outgrows a linear
+    // scan. Hashes, not keys: the keys stay in the object alone, and a match is confirmed there.
+    std::unique_ptr<std::unordered_multimap<std::size_t, std::size_t>> positions;
   };
   static constexpr std::size_t scan_limit = 8;
 
@@ -147,9 +149,10 @@ class BoundedJsonBuilder {
     }
     auto& o = top.value->template get_ref<typename Json::object_t&>();
     if constexpr (json_is_ordered<Json>) {
-      if (Json* old = find_ordered(top, o)) return assign_duplicate(*old, std::move(v));
+      const std::size_t hash = std::hash<string_t>{}(key_);
+      if (Json* old = find_ordered(top, o, hash)) return assign_duplicate(*old, std::move(v));
       check_room(o.size(), "object");
-      if (top.positions) top.positions->emplace(key_, o.size());
+      if (top.positions) top.positions->emplace(hash, o.size());
       // The vector's own emplace_back: ordered_map::emplace would scan every key again.
       o.emplace_back(std::move(key_), std::move(v));
       return &o.back().second;
@@ -166,7 +169,7 @@ class BoundedJsonBuilder {
     return &slot;
   }
 
-  Json* find_ordered(Frame& top, typename Json::object_t& o) {
+  Json* find_ordered(Frame& top, typename Json::object_t& o, std::size_t hash) {
     if (!top.positions && o.size() < scan_limit) {
       for (auto& [k, v] : o) {
         if (k == key_) return &v;
@@ -174,11 +177,15 @@ class BoundedJsonBuilder {
       return nullptr;
     }
     if (!top.positions) {
-      top.positions = std::make_unique<std::unordered_map<std::string, std::size_t>>();
-      for (std::size_t i = 0; i < o.size(); ++i) top.positions->emplace(o.begin()[i].first, i);
+      top.positions = std::make_unique<std::unordered_multimap<std::size_t, std::size_t>>();
+      top.positions->reserve(2 * scan_limit);
+      for (std::size_t i = 0; i < o.size(); ++i) top.positions->emplace(std::hash<string_t>{}(o.begin()[i].first), i);
     }
-    auto it = top.positions->find(key_);
-    return it == top.positions->end() ? nullptr : &o.begin()[it->second].second;
+    for (auto [it, end] = top.positions->equal_range(hash); it != end; ++it) {
+      auto& [k, v] = o.begin()[it->second];
+      if (k == key_) return &v;
+    }
+    return nullptr;
   }
 
   Json& root_;

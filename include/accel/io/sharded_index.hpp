@@ -75,8 +75,9 @@ inline ShardedIndex parse_sharded_index(std::string_view text, const std::string
   for (auto& [name, shard] : wm->get_ref<nlohmann::ordered_json::object_t&>()) {
     if (!shard.is_string()) throw FormatError(where + ": shard of tensor '" + name + "' is not a string");
     std::string& s = shard.get_ref<std::string&>();
-    (void)confined_entry(s, where + ", shard of tensor '" + printable_entry(name) + "'");
+    // A shard name is checked once, where it first appears: the message names that tensor.
     if (!shards.contains(s)) {
+      (void)confined_entry(s, where + ", shard of tensor '" + printable_entry(name) + "'");
       shards.insert(s);
       ix.shard_files.push_back(s);
     }
