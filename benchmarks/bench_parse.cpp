@@ -8,10 +8,14 @@
 // The plain parse builds a std::map-backed tree without bounds, duplicate handling, file order
 // or validation: it is the floor a reader of these files cannot go below by much, so the ratio
 // says what the bounds, the order and the checks cost. Repetitions alternate between the two so
-// that drift on a shared machine falls on both; medians are printed. The files are generated in
+// that drift on a shared machine falls on both. Medians of process CPU time are printed (a
+// loaded machine preempts a long parse more than a short one; CPU time leaves that out), wall
+// time beside them. The files are generated in
 // memory (tests/io/many_tensors.hpp), nothing touches the disk. Goal: each reader well under 1 s.
 //
 //   bench_parse [tensors=100000] [repetitions=7]
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,26 +38,38 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double process_cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+struct Times {
+  std::vector<double> wall, cpu;
+};
+
 template <class F>
-double ms(F&& f) {
+void time_call(F&& f, Times& out) {
+  const double c0 = process_cpu_ms();
   const auto t0 = std::chrono::steady_clock::now();
   f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out.wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  out.cpu.push_back(process_cpu_ms() - c0);
 }
 
 /// Times `ours` and a plain parse of `json` in alternating repetitions and prints one row.
 template <class F>
 void row(const char* label, std::size_t entries, std::string_view json, int reps, F&& ours) {
-  std::vector<double> a, b;
+  Times a, b;
   volatile std::size_t sink = 0;  // keeps both results alive
   for (int r = 0; r < reps; ++r) {
-    a.push_back(ms([&] { sink = sink + ours(); }));
-    b.push_back(ms([&] { sink = sink + nlohmann::json::parse(json).size(); }));
+    time_call([&] { sink = sink + ours(); }, a);
+    time_call([&] { sink = sink + nlohmann::json::parse(json).size(); }, b);
   }
-  const double o = median(a), p = median(b);
+  const double o = median(a.cpu), p = median(b.cpu);
   const auto rate = [&](double t) { return static_cast<double>(entries) / (t / 1e3); };
-  std::printf("%-20s ours %8.1f ms %11.0f entries/s | plain parse %8.1f ms %11.0f entries/s | ours/plain %5.2fx\n",
-              label, o, rate(o), p, rate(p), o / p);
+  std::printf("%-20s ours %7.1f ms %9.0f entries/s | plain parse %7.1f ms %9.0f entries/s | ours/plain %4.2fx | wall %7.1f / %7.1f ms\n",
+              label, o, rate(o), p, rate(p), o / p, median(a.wall), median(b.wall));
 }
 
 }  // namespace

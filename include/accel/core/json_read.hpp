@@ -131,7 +131,11 @@ class BoundedJsonBuilder {
     }
   }
 
-  [[noreturn]] void duplicate() const { throw FormatError(where_ + ": duplicate key '" + key_ + "'"); }
+  [[noreturn]] void duplicate() const {
+    // Cut: the key may be as long as max_key_bytes.
+    const std::size_t shown = 120;
+    throw FormatError(where_ + ": duplicate key '" + key_.substr(0, shown) + (key_.size() > shown ? "...'" : "'"));
+  }
 
   // Puts `v` where the parser stands (the root, the end of an array, the pending key of an
   // object) and returns where it now lives.
@@ -149,10 +153,9 @@ class BoundedJsonBuilder {
     }
     auto& o = top.value->template get_ref<typename Json::object_t&>();
     if constexpr (json_is_ordered<Json>) {
-      const std::size_t hash = std::hash<string_t>{}(key_);
-      if (Json* old = find_ordered(top, o, hash)) return assign_duplicate(*old, std::move(v));
+      if (Json* old = find_ordered(top, o)) return assign_duplicate(*old, std::move(v));
       check_room(o.size(), "object");
-      if (top.positions) top.positions->emplace(hash, o.size());
+      if (top.positions) top.positions->emplace(std::hash<string_t>{}(key_), o.size());
       // The vector's own emplace_back: ordered_map::emplace would scan every key again.
       o.emplace_back(std::move(key_), std::move(v));
       return &o.back().second;
@@ -169,7 +172,8 @@ class BoundedJsonBuilder {
     return &slot;
   }
 
-  Json* find_ordered(Frame& top, typename Json::object_t& o, std::size_t hash) {
+  // The member of `o` named key_, or nullptr.
+  Json* find_ordered(Frame& top, typename Json::object_t& o) {
     if (!top.positions && o.size() < scan_limit) {
       for (auto& [k, v] : o) {
         if (k == key_) return &v;
@@ -178,10 +182,9 @@ class BoundedJsonBuilder {
     }
     if (!top.positions) {
       top.positions = std::make_unique<std::unordered_multimap<std::size_t, std::size_t>>();
-      top.positions->reserve(2 * scan_limit);
       for (std::size_t i = 0; i < o.size(); ++i) top.positions->emplace(std::hash<string_t>{}(o.begin()[i].first), i);
     }
-    for (auto [it, end] = top.positions->equal_range(hash); it != end; ++it) {
+    for (auto [it, end] = top.positions->equal_range(std::hash<string_t>{}(key_)); it != end; ++it) {
       auto& [k, v] = o.begin()[it->second];
       if (k == key_) return &v;
     }
