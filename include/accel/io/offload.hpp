@@ -16,6 +16,10 @@
 // names ("float8_e4m3fn", "float8_e5m2"); Accelerate cannot read those entries. Entries may also
 // point into a safetensors file: {"safetensors_file", "weight_name", "dtype"}.
 //
+// index.json is read in linear time under io/checkpoint_limits.hpp's bounds (a name of at most
+// 64 KiB, at most 10 million entries, nesting at most 8 deep); a name it repeats keeps its first
+// place and its last entry, as json.load does.
+//
 // Every file an index names stays inside the offload folder (io/confined_path.hpp): a tensor name
 // whose `<name>.dat` would lead out of it ("../x", "/etc/passwd") or holds a NUL byte is a
 // FormatError naming the index and the tensor. `safetensors_file` may be absolute, as Accelerate
@@ -41,6 +45,7 @@
 #include "accel/core/mapped_file.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/checkpoint_limits.hpp"
 #include "accel/io/confined_path.hpp"
 #include "accel/io/file_names.hpp"
 #include "accel/io/regular_file.hpp"
@@ -88,9 +93,10 @@ inline void validate_offload_entry(const std::string& name, const nlohmann::orde
   auto d = e.find("dtype");
   auto s = e.find("shape");
   if (d == e.end() || !d->is_string()) throw FormatError(where + ": missing string \"dtype\"");
-  (void)offload_dtype_from_name(d->get<std::string>(), name);
+  const DType dtype = offload_dtype_from_name(d->get<std::string>(), name);
   if (s == e.end() || !s->is_array()) throw FormatError(where + ": missing \"shape\" array");
   if (s->size() > max_dims) throw FormatError(where + ": more than " + std::to_string(max_dims) + " dimensions");
+  Shape shape;
   for (const auto& x : *s) {
     // Parsed JSON holds unsigned numbers; an index built in memory may hold signed ones.
     const bool ok = x.is_number_unsigned() ? x.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)
@@ -98,7 +104,9 @@ inline void validate_offload_entry(const std::string& name, const nlohmann::orde
     if (!ok) {
       throw FormatError(where + ": \"shape\" holds something other than non-negative integers");
     }
+    shape.push_back(x.get<std::int64_t>());
   }
+  (void)file_tensor_nbytes(shape, dtype, where);
 }
 
 inline std::string offload_entry_where(const std::string& source, const std::string& name) {
@@ -140,18 +148,10 @@ inline void validate_offload_index(const OffloadIndex& index, const std::string&
 /// Parses and validates index.json text (pure: the fuzz entry point).
 inline OffloadIndex parse_offload_index(std::string_view text, const std::string& source) {
   if (!is_valid_utf8(text)) throw FormatError("offload index '" + source + "' is not valid UTF-8");
-  OffloadIndex j;
-  try {
-    j = OffloadIndex::parse(text.begin(), text.end(), [&](int depth, OffloadIndex::parse_event_t ev, OffloadIndex&) {
-      using E = OffloadIndex::parse_event_t;
-      if ((ev == E::object_start || ev == E::array_start) && depth > 8) {
-        throw FormatError("offload index '" + source + "' is nested too deeply");
-      }
-      return true;
-    });
-  } catch (const OffloadIndex::exception& e) {
-    throw FormatError("offload index '" + source + "': invalid JSON (" + e.what() + ")");
-  }
+  // As with Python's dict, a repeated name keeps its first place and takes its last entry.
+  OffloadIndex j = parse_json_bounded<OffloadIndex>(text, "offload index '" + source + "'",
+                                                    checkpoint_json_limits(checkpoint_limits::offload_index_depth),
+                                                    JsonDuplicates::keep_last);
   validate_offload_index(j, source);
   return j;
 }
@@ -193,7 +193,18 @@ inline void save_offload_index(const OffloadIndex& index, const std::string& fol
   const auto path = std::filesystem::path(folder) / offload_index_name;
   OffloadIndex current = OffloadIndex::object();
   if (std::filesystem::is_regular_file(path)) current = parse_offload_index(read_small_file(path.string()), path.string());
-  for (const auto& [k, v] : index.items()) current[k] = v;
+  // Merged through a name -> position map: current[k] would compare k with every existing key.
+  auto& merged = current.get_ref<OffloadIndex::object_t&>();
+  std::map<std::string, std::size_t, std::less<>> position;
+  for (std::size_t i = 0; i < merged.size(); ++i) position.emplace(merged.begin()[i].first, i);
+  for (const auto& [k, v] : index.items()) {
+    if (auto it = position.find(k); it != position.end()) {
+      merged.begin()[it->second].second = v;
+    } else {
+      position.emplace(k, merged.size());
+      merged.emplace_back(k, v);
+    }
+  }
   write_file_atomic(path.string(), offload_index_json(current));
 }
 
@@ -213,15 +224,13 @@ inline Tensor load_offloaded_weight(const std::string& weight_file, const nlohma
   const DType dtype = offload_dtype_from_name(info.at("dtype").get<std::string>(), weight_file);
   Shape shape;
   for (const auto& x : info.at("shape")) shape.push_back(x.get<std::int64_t>());
-  const auto dims = std::vector<std::uint64_t>(shape.begin(), shape.end());
-  const auto need = detail::checked_byte_size(dims, dtype);
-  if (!need) throw FormatError("offloaded weight '" + weight_file + "': shape " + shape.str() + " overflows");
+  const std::uint64_t need = detail::file_tensor_nbytes(shape, dtype, "offloaded weight '" + weight_file + "'");
   auto file = map_regular_file(weight_file);
-  if (file->size() < *need) {
+  if (file->size() < need) {
     throw FormatError("offloaded weight '" + weight_file + "' holds " + std::to_string(file->size()) + " bytes; " +
-                      std::string(dtype_name(dtype)) + " shape " + shape.str() + " needs " + std::to_string(*need));
+                      std::string(dtype_name(dtype)) + " shape " + shape.str() + " needs " + std::to_string(need));
   }
-  return Tensor::from_storage(file->region(0, *need), dtype, shape);
+  return Tensor::from_storage(file->region(0, need), dtype, shape);
 }
 
 /// The tensor of index entry `name`: a mapped view of `<folder>/<name>.dat`, or the entry's
@@ -282,7 +291,10 @@ class OffloadedWeightsLoader {
       index_ = OffloadIndex::object();
     }
     keys_ = state_.keys();
-    for (const auto& [k, v] : index_.items()) {
+    const auto& entries = index_.get_ref<const OffloadIndex::object_t&>();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::string& k = entries.begin()[i].first;
+      entry_of_.emplace(k, i);
       if (!state_.contains(k)) keys_.push_back(k);
     }
   }
@@ -290,15 +302,16 @@ class OffloadedWeightsLoader {
   /// State-dict names first, then index names not already present.
   const std::vector<std::string>& keys() const noexcept { return keys_; }
   std::size_t size() const noexcept { return keys_.size(); }
-  bool contains(std::string_view key) const { return state_.contains(key) || index_.contains(key); }
+  bool contains(std::string_view key) const { return state_.contains(key) || entry_of_.contains(key); }
   const OffloadIndex& index() const noexcept { return index_; }
 
   /// The weight `key` (on `device` when one was given); KeyError when unknown.
   Tensor at(std::string_view key) const {
     if (state_.contains(key)) return state_.at(key);
     const std::string k(key);
-    if (!index_.contains(k)) throw KeyError("offloaded weights have no entry named '" + k + "'");
-    const auto& info = index_[k];
+    const auto at = entry_of_.find(k);
+    if (at == entry_of_.end()) throw KeyError("offloaded weights have no entry named '" + k + "'");
+    const auto& info = index_.get_ref<const OffloadIndex::object_t&>().begin()[at->second].second;
     const std::filesystem::path file = offload_entry_path(folder_.value_or(""), k, info, source_);
     if (is_safetensors_entry(info)) {
       const SafetensorsFile& f = safetensors(file.string());
@@ -324,6 +337,8 @@ class OffloadedWeightsLoader {
   std::optional<std::string> folder_;
   std::string source_;  // names the index in errors
   OffloadIndex index_;
+  // Name -> position in index_: an ordered_json lookup compares the name with every key.
+  std::map<std::string, std::size_t, std::less<>> entry_of_;
   std::optional<Device> device_;
   std::vector<std::string> keys_;
   std::shared_ptr<std::mutex> mutex_ = std::make_shared<std::mutex>();

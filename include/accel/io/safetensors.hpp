@@ -9,7 +9,8 @@
 // whose "__metadata__" is a string -> string map and whose other entries are
 // {"dtype", "shape", "data_offsets"} with a known dtype; sorted by offset the tensors are
 // contiguous, non-overlapping, sized dtype x shape, and cover the data section exactly.
-// Every violation throws FormatError naming the file and the tensor.
+// Every violation throws FormatError naming the file and the tensor. The JSON is read in linear
+// time under io/checkpoint_limits.hpp's bounds; a key repeated anywhere in it is rejected.
 #pragma once
 
 #include <algorithm>
@@ -18,18 +19,20 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
+#include <ranges>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "accel/core/checked.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/mapped_file.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/checkpoint_limits.hpp"
 #include "accel/io/regular_file.hpp"
 
 namespace accel::io {
@@ -92,56 +95,17 @@ inline std::optional<DType> safetensors_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-/// numel x itemsize with overflow checks; nullopt when the shape is too large for a Tensor or
-/// the byte count overflows 64 bits.
-inline std::optional<std::uint64_t> checked_byte_size(const std::vector<std::uint64_t>& dims, DType d) {
-  // Tensor computes strides and element counts in int64 over the extents with zeros counted as
-  // 1, so that product must fit even when a zero extent makes the tensor empty.
-  std::uint64_t n = 1, strided = 1;
-  for (std::uint64_t e : dims) {
-    const std::uint64_t f = std::max<std::uint64_t>(e, 1);
-    if (strided > static_cast<std::uint64_t>(INT64_MAX) / f) return std::nullopt;
-    strided *= f;
-    n *= e;
-  }
-  const std::uint64_t item = itemsize(d);
-  if (n > UINT64_MAX / item) return std::nullopt;
-  return n * item;
-}
-
-/// Parses JSON, rejecting duplicate top-level keys and nesting deeper than `max_depth`.
-inline nlohmann::json parse_json_strict(std::string_view text, const std::string& where, int max_depth) {
-  std::set<std::string> top_keys;
-  std::string duplicate;
-  auto cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if ((ev == E::object_start || ev == E::array_start) && depth > max_depth) {
-      throw FormatError(where + ": JSON nested deeper than " + std::to_string(max_depth) + " levels");
-    }
-    if (ev == E::key && depth == 1 && parsed.is_string()) {
-      if (!top_keys.insert(parsed.get<std::string>()).second) {
-        throw FormatError(where + ": duplicate key '" + parsed.get<std::string>() + "'");
-      }
-    }
-    return true;
-  };
+/// Bytes a `d` tensor of `shape` stored in a file occupies; FormatError naming `what` when that
+/// count overflows. A Tensor also derives strides from the extents with zeros counted as 1, so
+/// that product must fit even when a zero extent leaves nothing to store. A shape the file states
+/// is the file's error, hence FormatError rather than the OverflowError of core/checked.hpp.
+inline std::uint64_t file_tensor_nbytes(const Shape& shape, DType d, const std::string& what) {
   try {
-    return nlohmann::json::parse(text.begin(), text.end(), cb);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(where + ": invalid JSON (" + e.what() + ")");
+    (void)checked_numel(shape | std::views::transform([](std::int64_t e) { return std::max<std::int64_t>(e, 1); }), what);
+    return static_cast<std::uint64_t>(checked_nbytes(shape, static_cast<std::int64_t>(itemsize(d)), what));
+  } catch (const OverflowError& e) {
+    throw FormatError(e.what());
   }
-}
-
-/// A JSON array of non-negative integers, else nullopt.
-inline std::optional<std::vector<std::uint64_t>> json_uint_array(const nlohmann::json& j) {
-  if (!j.is_array()) return std::nullopt;
-  std::vector<std::uint64_t> out;
-  out.reserve(j.size());
-  for (const auto& e : j) {
-    if (!e.is_number_unsigned()) return std::nullopt;
-    out.push_back(e.get<std::uint64_t>());
-  }
-  return out;
 }
 
 }  // namespace detail
@@ -167,10 +131,15 @@ inline SafetensorsHeader parse_safetensors_header(ByteSpan file, const std::stri
   h.data_start = 8 + h.header_size;
   const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), h.header_size);
   if (!is_valid_utf8(text)) throw FormatError(where + ": header is not valid UTF-8");
-  const nlohmann::json j = detail::parse_json_strict(text, where, 2);
+  const auto j = parse_json_bounded<nlohmann::json>(text, where, checkpoint_json_limits(checkpoint_limits::safetensors_depth),
+                                                    JsonDuplicates::reject);
   if (!j.is_object()) throw FormatError(where + ": header is not a JSON object");
 
-  for (const auto& [key, value] : j.items()) {
+  // std::map keeps the entries sorted by name: `collected` is in name order.
+  const auto& entries = j.get_ref<const nlohmann::json::object_t&>();
+  std::vector<SafetensorsTensorInfo> collected;
+  collected.reserve(entries.size());
+  for (const auto& [key, value] : entries) {
     if (key == "__metadata__") {
       if (!value.is_object()) throw FormatError(where + ": \"__metadata__\" is not an object");
       for (const auto& [mk, mv] : value.items()) {
@@ -196,54 +165,69 @@ inline SafetensorsHeader parse_safetensors_header(ByteSpan file, const std::stri
       throw FormatError(tw + ": unknown dtype '" + dt->get<std::string>() +
                         "' (expected F64 F32 F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U8 BOOL)");
     }
-    const auto dims = detail::json_uint_array(*sh);
-    if (!dims) throw FormatError(tw + ": \"shape\" is not an array of non-negative integers");
-    if (dims->size() > max_dims) {
-      throw FormatError(tw + ": " + std::to_string(dims->size()) + " dimensions; at most " +
+    const auto is_uint = [](const nlohmann::json& e) { return e.is_number_unsigned(); };
+    if (!sh->is_array() || !std::all_of(sh->begin(), sh->end(), is_uint)) {
+      throw FormatError(tw + ": \"shape\" is not an array of non-negative integers");
+    }
+    if (sh->size() > max_dims) {
+      throw FormatError(tw + ": " + std::to_string(sh->size()) + " dimensions; at most " +
                         std::to_string(max_dims) + " are supported");
     }
-    const auto offs = detail::json_uint_array(*off);
-    if (!offs || offs->size() != 2) {
+    if (!off->is_array() || off->size() != 2 || !std::all_of(off->begin(), off->end(), is_uint)) {
       throw FormatError(tw + ": \"data_offsets\" is not a pair of non-negative integers");
     }
     SafetensorsTensorInfo info;
     info.name = key;
     info.dtype = *dtype;
-    for (std::uint64_t e : *dims) {
+    for (const auto& x : *sh) {
+      const auto e = x.get<std::uint64_t>();
       if (e > static_cast<std::uint64_t>(INT64_MAX)) throw FormatError(tw + ": extent " + std::to_string(e) + " is too large");
       info.shape.push_back(static_cast<std::int64_t>(e));
     }
-    info.begin = (*offs)[0];
-    info.end = (*offs)[1];
+    info.begin = (*off)[0].get<std::uint64_t>();
+    info.end = (*off)[1].get<std::uint64_t>();
     if (info.end < info.begin) {
       throw FormatError(tw + ": data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
                         "] end before they begin");
     }
-    const auto bytes = detail::checked_byte_size(*dims, info.dtype);
-    if (!bytes) throw FormatError(tw + ": shape " + info.shape.str() + " overflows 64-bit sizes");
-    if (*bytes != info.nbytes()) {
+    const std::uint64_t bytes = detail::file_tensor_nbytes(info.shape, info.dtype, tw);
+    if (bytes != info.nbytes()) {
       throw FormatError(tw + ": " + std::string(safetensors_name(info.dtype)) + " shape " + info.shape.str() +
-                        " needs " + std::to_string(*bytes) + " bytes but data_offsets span " +
+                        " needs " + std::to_string(bytes) + " bytes but data_offsets span " +
                         std::to_string(info.nbytes()));
     }
-    h.tensors.push_back(std::move(info));
+    collected.push_back(std::move(info));
   }
 
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
-    if (a.begin != b.begin) return a.begin < b.begin;
-    if (a.end != b.end) return a.end < b.end;
-    return a.name < b.name;
+  // Ordered by (begin, end, name). `collected` is in name order, so its positions break ties as
+  // the names would, the sort compares integers only, and the name index fills in name order,
+  // every insert landing at the end of the map (linear, not n log n string comparisons).
+  std::vector<std::size_t> order(collected.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = collected[a];
+    const auto& y = collected[b];
+    if (x.begin != y.begin) return x.begin < y.begin;
+    if (x.end != y.end) return x.end < y.end;
+    return a < b;
   });
+  std::vector<std::size_t> position(collected.size());
+  h.tensors.reserve(collected.size());
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    position[order[k]] = k;
+    h.tensors.push_back(std::move(collected[order[k]]));
+  }
+  for (std::size_t i = 0; i < position.size(); ++i) {
+    h.index.emplace_hint(h.index.end(), h.tensors[position[i]].name, position[i]);
+  }
   std::uint64_t cursor = 0;
-  for (std::size_t i = 0; i < h.tensors.size(); ++i) {
-    const auto& t = h.tensors[i];
+  for (const auto& t : h.tensors) {
     if (t.begin != cursor) {
       throw FormatError(where + ", tensor '" + t.name + "': data_offsets begin at " + std::to_string(t.begin) +
                         " but the previous tensor ends at " + std::to_string(cursor) +
                         " (tensors must be contiguous and non-overlapping)");
     }
     cursor = t.end;
-    h.index.emplace(t.name, i);
   }
   const std::uint64_t data_size = file.size() - h.data_start;
   if (cursor != data_size) {

@@ -5,7 +5,8 @@
 //   write_sharded_index(path, total_size, weight_map); // json.dumps(indent=2, sort_keys=True) + "\n"
 //   ShardedCheckpoint ck = ShardedCheckpoint::open(path); ck.tensor("w");
 //
-// Index format: {"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard file}}. Shard
+// Index format: {"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard file}}, read in
+// linear time under io/checkpoint_limits.hpp's bounds. Shard
 // names are files inside the index's folder: relative, no NUL byte, never leading out of the
 // folder (io/confined_path.hpp); a shard is read as what its bytes show (io/checkpoint_format.hpp),
 // safetensors or a torch .bin.
@@ -16,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -28,6 +30,7 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
+#include "accel/io/checkpoint_limits.hpp"
 #include "accel/io/confined_path.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
@@ -53,43 +56,9 @@ struct ShardedIndex {
 inline ShardedIndex parse_sharded_index(std::string_view text, const std::string& source) {
   const std::string where = "checkpoint index '" + source + "'";
   if (!is_valid_utf8(text)) throw FormatError(where + ": not valid UTF-8");
-  // weight_map entries are collected here instead of in the JSON tree: an ordered JSON object
-  // scans its keys on every insert, which makes a map of 1e5 tensors parse in quadratic time.
   // As with Python's dict, a repeated name keeps its first place and takes its last shard.
-  std::vector<std::pair<std::string, std::optional<std::string>>> entries;
-  std::map<std::string, std::size_t, std::less<>> entry_of;
-  std::size_t current = 0;
-  std::string top_key;
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(
-        text.begin(), text.end(), [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
-          using E = nlohmann::ordered_json::parse_event_t;
-          if ((ev == E::object_start || ev == E::array_start) && depth > 16) {
-            throw FormatError(where + ": JSON nested too deeply");
-          }
-          if (depth == 1 && ev == E::key) {
-            top_key = parsed.get<std::string>();
-            if (top_key == "weight_map") {
-              entries.clear();
-              entry_of.clear();
-            }
-            return true;
-          }
-          if (depth != 2 || top_key != "weight_map") return true;
-          if (ev == E::key) {
-            auto [it, fresh] = entry_of.emplace(parsed.get<std::string>(), entries.size());
-            if (fresh) entries.emplace_back(it->first, std::nullopt);
-            current = it->second;
-            entries[current].second.reset();
-            return false;  // drops the entry (and its value) from the tree
-          }
-          if (ev == E::value && parsed.is_string() && !entries.empty()) entries[current].second = parsed.get<std::string>();
-          return true;
-        });
-  } catch (const nlohmann::ordered_json::exception& e) {
-    throw FormatError(where + ": invalid JSON (" + e.what() + ")");
-  }
+  auto j = parse_json_bounded<nlohmann::ordered_json>(text, where, checkpoint_json_limits(checkpoint_limits::sharded_index_depth),
+                                                      JsonDuplicates::keep_last);
   if (!j.is_object()) throw FormatError(where + ": not a JSON object");
   ShardedIndex ix;
   if (auto m = j.find("metadata"); m != j.end() && !m->is_null()) {
@@ -101,16 +70,19 @@ inline ShardedIndex parse_sharded_index(std::string_view text, const std::string
   }
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object()) throw FormatError(where + ": missing \"weight_map\" object");
-  std::map<std::string, int, std::less<>> shards;
-  for (const auto& [name, shard] : entries) {
-    if (!shard) throw FormatError(where + ": shard of tensor '" + name + "' is not a string");
-    const std::string& s = *shard;
-    (void)confined_entry(s, where + ", shard of tensor '" + printable_entry(name) + "'");
-    if (!ix.index.emplace(name, ix.weight_map.size()).second) {
-      throw FormatError(where + ": tensor '" + name + "' listed twice");
+  ix.weight_map.reserve(wm->size());
+  std::set<std::string, std::less<>> shards;
+  for (auto& [name, shard] : wm->get_ref<nlohmann::ordered_json::object_t&>()) {
+    if (!shard.is_string()) throw FormatError(where + ": shard of tensor '" + name + "' is not a string");
+    std::string& s = shard.get_ref<std::string&>();
+    // A shard name is checked once, where it first appears: the message names that tensor.
+    if (!shards.contains(s)) {
+      (void)confined_entry(s, where + ", shard of tensor '" + printable_entry(name) + "'");
+      shards.insert(s);
+      ix.shard_files.push_back(s);
     }
-    ix.weight_map.emplace_back(name, s);
-    if (shards.emplace(s, 0).second) ix.shard_files.push_back(s);
+    ix.index.emplace(name, ix.weight_map.size());
+    ix.weight_map.emplace_back(name, std::move(s));
   }
   return ix;
 }

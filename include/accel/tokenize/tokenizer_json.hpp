@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/json_read.hpp"
 #include "accel/tokenize/unicode.hpp"
 
 namespace accel::tokenize {
@@ -65,19 +66,9 @@ inline nlohmann::json parse_tokenizer_json(std::string_view text, const std::str
   if (text.size() > tokenizer_limits::max_file_bytes) {
     throw FormatError(where + ": " + std::to_string(text.size()) + " bytes is more than a tokenizer file may have");
   }
-  try {
-    const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json&) {
-      using E = nlohmann::json::parse_event_t;
-      if ((ev == E::object_start || ev == E::array_start) && depth >= tokenizer_limits::max_depth) {
-        throw FormatError(where + ": JSON nested deeper than " + std::to_string(tokenizer_limits::max_depth) +
-                          " levels");
-      }
-      return true;
-    };
-    return nlohmann::json::parse(text.begin(), text.end(), limit_depth);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(where + ": invalid JSON (" + e.what() + ")");
-  }
+  // Linear in the text and bounded in depth (core/json_read.hpp); a repeated key takes its last
+  // value, as nlohmann's own parser gives it.
+  return parse_json_bounded<nlohmann::json>(text, where, JsonLimits{tokenizer_limits::max_depth});
 }
 
 /// Up to 60 bytes of `text`, for messages that quote a token or a pattern.
