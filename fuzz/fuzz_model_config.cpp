@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/json_read.hpp"
 #include "accel/core/limits.hpp"
 #include "accel/models/hf_config.hpp"
 #include "accel/models/rope.hpp"
@@ -68,16 +70,13 @@ void check_gpt2(const nlohmann::json& j) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
-  const char* text = reinterpret_cast<const char*>(data + 1);
-  // Parse failures are the JSON library's concern; the depth callback keeps its own recursion
-  // (destruction, comparison) within the bound the readers document.
-  const auto depth_cap = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    return depth <= static_cast<int>(accel::limits::max_json_depth);
-  };
+  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  // The readers' own parse (read_json_file's bounds): a document they would refuse never
+  // reaches the builders.
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text, text + (size - 1), depth_cap);
-  } catch (const nlohmann::json::exception&) {
+    j = accel::parse_json_bounded(text, "fuzz.json", accel::file_json_limits);
+  } catch (const accel::FormatError&) {
     return 0;
   }
   try {

@@ -153,7 +153,7 @@ void torch_pickle_seeds(const fs::path& dir, const fs::path& tmp) {
   for (const auto& [name, sd] : files) {
     const fs::path f = tmp / (name + ".pickle.bin");
     accel::io::save_torch_bin(sd, f.string());
-    const std::string bytes = accel::io::read_small_file(f.string());
+    const std::string bytes = accel::read_small_file(f.string());
     const auto zip = accel::io::ZipArchive::parse(accel::io::as_bytes(bytes), f.string());
     for (const auto& e : zip.entries()) {
       if (e.name.starts_with("archive/data/") && (e.size != 64 || e.name.size() != 14)) {
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
   for (const auto& e : fs::recursive_directory_iterator(out)) {
     if (!e.is_regular_file() || !e.path().filename().string().starts_with("seed-")) continue;
     const std::string target = e.path().parent_path().filename().string();
-    const std::string bytes = accel::io::read_small_file(e.path().string());
+    const std::string bytes = accel::read_small_file(e.path().string());
     const std::string name = e.path().string();
     if (target == "fuzz_safetensors_header") (void)accel::io::parse_safetensors_header(accel::io::as_bytes(bytes), name);
     if (target == "fuzz_sharded_index") (void)accel::io::parse_sharded_index(bytes, name);

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accel/core/json_read.hpp"
 #include "accel/nn/spec.hpp"
 #include "cli_command.hpp"
 #include "conformance_ops.hpp"
@@ -32,12 +33,10 @@ int answer_query(const accel::cli::ParsedArgs& args) {
   const std::filesystem::path query_path = args.positional(0);
   ojson query;
   try {
-    std::ifstream in(query_path, std::ios::binary);
-    if (!in) throw accel::IOError("cannot open query file '" + query_path.string() + "'");
     try {
-      query = ojson::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw accel::FormatError(query_path.string() + ": invalid JSON: " + e.what());
+      query = accel::read_json_file<ojson>(query_path.string());
+    } catch (const accel::IOError& e) {
+      throw accel::IOError(std::string("cannot open query file: ") + e.what());
     }
     if (!query.is_object() || !query.contains("cases") || !query["cases"].is_array()) {
       throw accel::FormatError(query_path.string() + ": $.cases: expected a list of cases");

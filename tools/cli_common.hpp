@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/json_read.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
 #include "accel/io/confined_path.hpp"
@@ -59,17 +60,6 @@ inline std::filesystem::path model_file_in(const std::filesystem::path& dir) {
   if (std::filesystem::is_regular_file(dir / io::CONFIG_NAME, ec)) return dir / io::CONFIG_NAME;
   if (const auto found = io::find_checkpoint_in_folder(dir)) return found->path;
   return dir / io::CONFIG_NAME;
-}
-
-/// The JSON in `path`: IOError when it cannot be read or is not a regular file, FormatError
-/// naming it when it is not JSON.
-inline nlohmann::json read_json_file(const std::filesystem::path& path) {
-  const std::string text = io::read_small_file(path.string());
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path.string() + ": invalid JSON: " + e.what());
-  }
 }
 
 /// The meta model described by `path`: a model spec JSON, a transformers config.json, a file with

@@ -23,7 +23,7 @@
 #include "accel/io/inspect.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
-#include "accel/io/regular_file.hpp"
+#include "accel/core/regular_file.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/io/sharding.hpp"
 #include "accel/io/torch_bin_write.hpp"

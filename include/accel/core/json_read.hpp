@@ -5,6 +5,8 @@
 //   JsonDuplicates::reject / keep_last                   what a repeated key in an object means
 //   parse_json_bounded<Json>(text, where, limits, dup)   nlohmann::json or ordered_json; FormatError
 //                                                        naming `where` on bad JSON or a broken bound
+//   read_json_file<Json>(path, limits, max_bytes)        a regular file read whole, then parsed so:
+//                                                        configs, specs, query files
 //
 // Why not nlohmann's own entry points: the callback parser (`parse(text, callback)`, the usual
 // way to cap nesting) scans the enclosing object for discarded members every time an object
@@ -36,6 +38,8 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/limits.hpp"
+#include "accel/core/regular_file.hpp"
 
 namespace accel {
 
@@ -212,6 +216,21 @@ Json parse_json_bounded(std::string_view text, const std::string& where, const J
   detail::BoundedJsonBuilder<Json> builder(root, where, limits, duplicates);
   Json::sax_parse(text.begin(), text.end(), &builder);
   return root;
+}
+
+/// The bounds of any JSON file accel reads whose format sets none tighter: core/limits.hpp's.
+inline constexpr JsonLimits file_json_limits{static_cast<int>(limits::max_json_depth), limits::max_json_key_bytes,
+                                             limits::max_tensor_count};
+
+/// The JSON document in the file at `path`, read as read_small_file reads it (regular files only,
+/// at most `max_bytes`) and parsed by parse_json_bounded with `path` named in every error. The
+/// default bounds are those of any JSON accel reads (limits::max_json_depth deep, keys and
+/// member counts of core/limits.hpp), so recursion over the result (copies, dumps, the spec
+/// builder) stays within a bound the file cannot raise.
+template <class Json = nlohmann::json>
+Json read_json_file(const std::string& path, const JsonLimits& limits = file_json_limits,
+                    std::size_t max_bytes = std::size_t{1} << 28) {
+  return parse_json_bounded<Json>(read_small_file(path, max_bytes), path, limits);
 }
 
 }  // namespace accel

@@ -27,6 +27,7 @@
 
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/json_read.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
@@ -59,13 +60,8 @@ inline nlohmann::json read_config_json(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path, ec)) {
     throw IOError(path.string() + ": not found (a model folder needs config.json)");
   }
-  // read_small_file opens regular files only (a FIFO or a folder is an error, never a wait).
-  const std::string text = io::read_small_file(path.string(), std::size_t{1} << 24);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
+  // Regular files only (a FIFO or a folder is an error, never a wait), nesting bounded.
+  return read_json_file(path.string(), file_json_limits, std::size_t{1} << 24);
 }
 inline std::optional<DType> config_dtype(const nlohmann::json& j, const std::string& source) {
   for (const char* key : {"torch_dtype", "dtype"}) {

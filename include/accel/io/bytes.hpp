@@ -2,7 +2,6 @@
 //
 //   load_le<T>(p)                 little-endian integer from unaligned bytes (memcpy, no UB)
 //   is_valid_utf8(s)              strict UTF-8 check (no overlongs, no surrogates)
-//   read_small_file(path, limit)  whole file as a string, IOError / FormatError past `limit`
 //   AtomicFile                    write to a temporary beside the target, fsync, rename
 //   write_file_atomic(path, s)    one-shot AtomicFile
 //
@@ -25,7 +24,7 @@
 #include <unistd.h>
 
 #include "accel/core/errors.hpp"
-#include "accel/io/regular_file.hpp"
+#include "accel/core/regular_file.hpp"
 
 namespace accel::io {
 
@@ -89,21 +88,6 @@ inline bool is_valid_utf8(std::string_view s) noexcept {
     i += len;
   }
   return true;
-}
-
-/// Reads a whole (small) file: index and metadata files. IOError when it is not a regular file
-/// (RegularFile), FormatError when it exceeds `limit`.
-inline std::string read_small_file(const std::string& path, std::size_t limit = std::size_t{1} << 28) {
-  const RegularFile f = RegularFile::open(path);
-  if (f.size() > limit) {
-    throw FormatError("'" + path + "' is " + std::to_string(f.size()) + " bytes, more than the " + std::to_string(limit) +
-                      " accepted for this kind of file");
-  }
-  std::string out(static_cast<std::size_t>(f.size()), '\0');
-  if (f.read_at(out.data(), out.size(), 0) != out.size()) {
-    throw IOError("cannot read '" + path + "': unexpected end of file");
-  }
-  return out;
 }
 
 /// A file written under a temporary name in the target's directory and renamed into place by

@@ -52,7 +52,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/file_names.hpp"
-#include "accel/io/regular_file.hpp"
+#include "accel/core/regular_file.hpp"
 
 namespace accel::io {
 

@@ -15,13 +15,14 @@
 #include <cstddef>
 
 #include "accel/core/json_read.hpp"
+#include "accel/core/limits.hpp"
 
 namespace accel::io {
 
 /// Limits on safetensors headers, sharded index.json and offload index.json files.
 struct checkpoint_limits {
-  static constexpr std::size_t max_name_bytes = std::size_t{64} << 10;  ///< 64 KiB per name
-  static constexpr std::size_t max_entries = 10'000'000;                ///< 100x the largest model
+  static constexpr std::size_t max_name_bytes = limits::max_name_bytes;  ///< the library-wide bound
+  static constexpr std::size_t max_entries = limits::max_tensor_count;   ///< 100x the largest model
   /// header -> tensor entry -> "shape" / "data_offsets": exactly what the format has.
   static constexpr int safetensors_depth = 3;
   /// index -> "metadata" -> free-form values; metadata is the writer's, so room is left for it.

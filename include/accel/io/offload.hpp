@@ -17,7 +17,7 @@
 // point into a safetensors file: {"safetensors_file", "weight_name", "dtype"}.
 //
 // index.json is read in linear time under io/checkpoint_limits.hpp's bounds (a name of at most
-// 64 KiB, at most 10 million entries, nesting at most 8 deep); a name it repeats keeps its first
+// 4096 bytes, at most 10 million entries, nesting at most 8 deep); a name it repeats keeps its first
 // place and its last entry, as json.load does.
 //
 // Every file an index names stays inside the offload folder (io/confined_path.hpp): a tensor name
@@ -48,7 +48,7 @@
 #include "accel/io/checkpoint_limits.hpp"
 #include "accel/io/confined_path.hpp"
 #include "accel/io/file_names.hpp"
-#include "accel/io/regular_file.hpp"
+#include "accel/core/regular_file.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/nn/module.hpp"

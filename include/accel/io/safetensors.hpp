@@ -33,7 +33,7 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_limits.hpp"
-#include "accel/io/regular_file.hpp"
+#include "accel/core/regular_file.hpp"
 
 namespace accel::io {
 

@@ -160,11 +160,6 @@ class ShardedCheckpoint {
     return k;
   }
   bool contains(std::string_view name) const { return state_->index.shard_of(name) != nullptr; }
-  /// Full path of the shard holding `name`; KeyError when absent.
-  std::string shard_path(std::string_view name) const {
-    return sharded_index_shard_path(state_->index_path, shard_name(name)).string();
-  }
-
   /// The tensor `name` (zero-copy on the CPU when the shard allows); FormatError if the shard
   /// does not hold the tensor the index promises.
   Tensor tensor(std::string_view name) const {

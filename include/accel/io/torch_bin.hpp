@@ -28,7 +28,7 @@
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
 #include "accel/io/pickle.hpp"
-#include "accel/io/regular_file.hpp"
+#include "accel/core/regular_file.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/io/zip.hpp"
 

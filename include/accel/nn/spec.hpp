@@ -20,6 +20,7 @@
 
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/json_read.hpp"
 #include "accel/core/limits.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/nn/module.hpp"
@@ -232,17 +233,10 @@ inline std::shared_ptr<Module> module_from_spec(const nlohmann::json& spec, cons
   return detail::SpecBuilder(source).build(spec);
 }
 
-/// As module_from_spec, reading the JSON file at `path` (FormatError on invalid JSON, IOError when unreadable).
+/// As module_from_spec, reading the JSON file at `path` with read_json_file's bounds (FormatError
+/// on invalid or too deeply nested JSON, IOError when it is not a readable regular file).
 inline std::shared_ptr<Module> module_from_spec_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IOError("cannot open model spec '" + path.string() + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path.string() + ": invalid JSON: " + e.what());
-  }
-  return module_from_spec(j, path.string());
+  return module_from_spec(read_json_file(path.string()), path.string());
 }
 
 }  // namespace accel::nn

@@ -23,6 +23,7 @@
 
 #include "accel/core/device_backend.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/json_read.hpp"
 #include "accel/utils/enums.hpp"
 #include "accel/utils/environment.hpp"
 
@@ -124,17 +125,10 @@ inline std::optional<std::filesystem::path> write_basic_config(std::string_view 
 /// key) for malformed JSON or values; missing keys keep their defaults.
 inline std::optional<ClusterConfig> read_config(std::filesystem::path path = {}) {
   if (path.empty()) path = default_config_file();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!std::filesystem::exists(path)) return std::nullopt;
-    throw IOError("cannot open config file " + path.string());
-  }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError("config file " + path.string() + " is not valid JSON: " + e.what());
-  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  // Regular files only and bounded nesting: errors name the file.
+  const nlohmann::json j = read_json_file(path.string());
   if (!j.is_object()) throw FormatError("config file " + path.string() + ": expected a JSON object");
   ClusterConfig c;
   auto field = [&](const char* key, auto& out) {

@@ -1,8 +1,10 @@
-// Only regular files are opened for reading: every reader in accel::io opens its input here.
+// Only regular files are opened for reading: every reader of checkpoints, indexes, configs and
+// specs opens its input here.
 //
 //   RegularFile f = RegularFile::open(path);    // IOError naming what `path` is when not a file
 //   f.size();  f.read_at(buf, n, offset);
 //   auto m = map_regular_file(path);            // MappedFile, after the same check
+//   read_small_file(path, limit)                // a whole index, config or spec; FormatError past `limit`
 //
 // A FIFO, a socket, a device or a directory is refused at once instead of being read: a FIFO
 // without a writer would block the reader forever, a device may never end, and a directory is
@@ -26,7 +28,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/mapped_file.hpp"
 
-namespace accel::io {
+namespace accel {
 
 /// What a stat mode is, in words, for messages ("a FIFO", "a directory").
 inline std::string_view file_type_name(mode_t mode) noexcept {
@@ -112,4 +114,19 @@ inline std::shared_ptr<MappedFile> map_regular_file(const std::string& path) {
   return MappedFile::open(path);
 }
 
-}  // namespace accel::io
+/// Reads a whole (small) file: index, config, spec and metadata files. IOError when it is not a
+/// regular file (RegularFile), FormatError when it exceeds `limit`.
+inline std::string read_small_file(const std::string& path, std::size_t limit = std::size_t{1} << 28) {
+  const RegularFile f = RegularFile::open(path);
+  if (f.size() > limit) {
+    throw FormatError("'" + path + "' is " + std::to_string(f.size()) + " bytes, more than the " + std::to_string(limit) +
+                      " accepted for this kind of file");
+  }
+  std::string out(static_cast<std::size_t>(f.size()), '\0');
+  if (f.read_at(out.data(), out.size(), 0) != out.size()) {
+    throw IOError("cannot read '" + path + "': unexpected end of file");
+  }
+  return out;
+}
+
+}  // namespace accel
