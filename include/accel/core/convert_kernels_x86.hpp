@@ -59,18 +59,26 @@ void widen_scalar(const T* src, float* dst, std::size_t begin, std::size_t end) 
 
 template <class T>
 ACCEL_TARGET_AVX2 ACCEL_LANES __m256i widen_x(simd::requires_arch<simd::avx2>, const T* src) noexcept {
-  typename lanes<8>::i32 bits;
-  small_lanes<T>::template widen<8>(src, bits);
-  return (__m256i)bits;
+  const auto* p = reinterpret_cast<const __m128i*>(src);
+  auto v = (typename lanes<8>::i32)(sizeof(T) == 1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64(p))
+                                                   : _mm256_cvtepu16_epi32(_mm_loadu_si128(p)));
+  small_lanes<T>::widen(v);
+  return (__m256i)v;
 }
 ACCEL_TARGET_AVX2 ACCEL_LANES __m256i widen_x(simd::requires_arch<simd::avx2>, const half* src) noexcept {
   return _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
 }
 template <class T>
 ACCEL_TARGET_AVX512 ACCEL_LANES __m512i widen_x(simd::requires_arch<simd::avx512>, const T* src) noexcept {
-  typename lanes<16>::i32 bits;
-  small_lanes<T>::template widen<16>(src, bits);
-  return (__m512i)bits;
+  __m512i codes;
+  if constexpr (sizeof(T) == 1) {
+    codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  } else {
+    codes = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  }
+  auto v = (typename lanes<16>::i32)codes;
+  small_lanes<T>::widen(v);
+  return (__m512i)v;
 }
 ACCEL_TARGET_AVX512 ACCEL_LANES __m512i widen_x(simd::requires_arch<simd::avx512>, const half* src) noexcept {
   return _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))));
@@ -93,7 +101,15 @@ ACCEL_TARGET_AVX512 ACCEL_LANES void store_x(float* dst, __m512i v, bool stream)
 
 template <class T>
 ACCEL_TARGET_AVX2 ACCEL_LANES void narrow_x(simd::requires_arch<simd::avx2>, const float* src, T* dst) noexcept {
-  small_lanes<T>::template narrow<8>(src, dst);
+  auto v = (typename lanes<8>::i32)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  small_lanes<T>::narrow(v);
+  const __m256i codes = (__m256i)v;  // each lane < 2^16: the unsigned packs keep it
+  const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+  if constexpr (sizeof(T) == 1) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(words, words));
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), words);
+  }
 }
 ACCEL_TARGET_AVX2 ACCEL_LANES void narrow_x(simd::requires_arch<simd::avx2>, const float* src, half* dst) noexcept {
   const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -101,7 +117,13 @@ ACCEL_TARGET_AVX2 ACCEL_LANES void narrow_x(simd::requires_arch<simd::avx2>, con
 }
 template <class T>
 ACCEL_TARGET_AVX512 ACCEL_LANES void narrow_x(simd::requires_arch<simd::avx512>, const float* src, T* dst) noexcept {
-  small_lanes<T>::template narrow<16>(src, dst);
+  auto v = (typename lanes<16>::i32)_mm512_loadu_si512(src);
+  small_lanes<T>::narrow(v);
+  if constexpr (sizeof(T) == 1) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8((__m512i)v));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16((__m512i)v));
+  }
 }
 ACCEL_TARGET_AVX512 ACCEL_LANES void narrow_x(simd::requires_arch<simd::avx512>, const float* src, half* dst) noexcept {
   const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -116,7 +138,7 @@ ACCEL_TARGET_AVX512_BF16 ACCEL_LANES void narrow_x(simd::requires_arch<simd::avx
   const __m512i u = _mm512_castps_si512(f);
   if (_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) & _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff)))
       [[unlikely]] {
-    small_lanes<bfloat16>::narrow<16>(src, dst);
+    narrow_x(simd::avx512{}, src, dst);
   } else {
     const __m256bh h = _mm512_cvtneps_pbh(f);
     std::memcpy(static_cast<void*>(dst), &h, sizeof h);

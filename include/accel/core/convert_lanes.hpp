@@ -1,14 +1,16 @@
 // The ISA-independent half of the conversion kernels: core/float_types.hpp's rounding written
 // for W lanes at once, and the scalar kernels every CPU runs.
 //
-//   lanes<W>::i32 / u32 / f32 / u16 / u8            GCC / Clang vector types of W lanes
+//   lanes<W>::i32 / u32 / f32                       GCC / Clang vector types of W 32-bit lanes
 //   round_to_bf16(v) / round_to_f8<F>(v)            f32 bits -> codes in place, nearest even
 //   widen_f8<F>(v)                                  8-bit codes -> f32 bits in place, exact
 //   small_lanes<T>                                  one format's scalar and lane conversions
 //   widen / narrow (requires_arch<simd::scalar>)    the portable kernels
 //
 // Lane code has no target attribute: it is always inlined, and takes the ISA of the kernel that
-// calls it (core/convert_kernels_x86.hpp), so one definition serves AVX2 and AVX-512.
+// calls it (core/convert_kernels_x86.hpp), so one definition serves AVX2 and AVX-512. It works
+// on 32-bit lanes only; the kernels widen and narrow the codes with the ISA's own instructions
+// (GCC 12 splits __builtin_convertvector between 8- and 32-bit lanes into scalar moves).
 #pragma once
 
 #include <array>
@@ -35,19 +37,7 @@ struct lanes {
   typedef std::int32_t i32 __attribute__((vector_size(4 * W)));
   typedef std::uint32_t u32 __attribute__((vector_size(4 * W)));
   typedef float f32 __attribute__((vector_size(4 * W)));
-  typedef std::uint16_t u16 __attribute__((vector_size(2 * W)));
-  typedef std::uint8_t u8 __attribute__((vector_size(W)));
 };
-
-template <class V, class T>
-ACCEL_LANES void load_lanes(V& v, const T* p) noexcept {
-  std::memcpy(&v, p, sizeof v);
-}
-
-template <class T, class V>
-ACCEL_LANES void store_lanes(T* p, const V& v) noexcept {
-  std::memcpy(static_cast<void*>(p), &v, sizeof v);
-}
 
 /// f32 bits -> bf16 codes (low halves), encode_from_float<bf16_format> per lane: add just
 /// under half an ulp plus the kept lowest bit, which also carries into infinity; NaNs are
@@ -112,33 +102,23 @@ template <class T>
 struct small_lanes {
   static float widen_one(T v) noexcept { return static_cast<float>(v); }
 
-  /// W codes at p -> W f32 bit patterns in `out` (bf16 and the f8 formats).
-  template <std::size_t W>
-  ACCEL_LANES static void widen(const T* p, typename lanes<W>::i32& out) noexcept {
-    using I = typename lanes<W>::i32;
+  /// Codes (zero-extended to 32 bits) -> f32 bit patterns, in place (bf16 and the f8 formats).
+  template <class I>
+  ACCEL_LANES static void widen(I& v) noexcept {
     if constexpr (sizeof(T) == 2) {
-      typename lanes<W>::u16 codes;
-      load_lanes(codes, p);
-      out = __builtin_convertvector(codes, I) << 16;
+      v <<= 16;
     } else {
-      typename lanes<W>::u8 codes;
-      load_lanes(codes, p);
-      out = __builtin_convertvector(codes, I);
-      widen_f8<typename T::format>(out);
+      widen_f8<typename T::format>(v);
     }
   }
 
-  /// W f32 at src -> W codes at dst (bf16 and the f8 formats).
-  template <std::size_t W>
-  ACCEL_LANES static void narrow(const float* src, T* dst) noexcept {
-    typename lanes<W>::i32 v;
-    load_lanes(v, src);
+  /// f32 bit patterns -> codes in the low bits, in place (bf16 and the f8 formats).
+  template <class I>
+  ACCEL_LANES static void narrow(I& v) noexcept {
     if constexpr (sizeof(T) == 2) {
       round_to_bf16(v);
-      store_lanes(dst, __builtin_convertvector(v, typename lanes<W>::u16));
     } else {
       round_to_f8<typename T::format>(v);
-      store_lanes(dst, __builtin_convertvector(v, typename lanes<W>::u8));
     }
   }
 };
