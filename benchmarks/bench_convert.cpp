@@ -75,6 +75,9 @@ BENCHMARK(BM_convert<DType::bf16, DType::f32>)->Name("bf16_to_f32")->UseRealTime
 BENCHMARK(BM_convert<DType::f32, DType::f16>)->Name("f32_to_f16")->UseRealTime()->Repetitions(7)->ReportAggregatesOnly(true);
 BENCHMARK(BM_convert<DType::f32, DType::bf16>)->Name("f32_to_bf16")->UseRealTime()->Repetitions(7)->ReportAggregatesOnly(true);
 BENCHMARK(BM_convert<DType::f8_e4m3fn, DType::f32>)->Name("e4m3_to_f32")->UseRealTime()->Repetitions(7)->ReportAggregatesOnly(true);
+BENCHMARK(BM_convert<DType::f8_e5m2, DType::f32>)->Name("e5m2_to_f32")->UseRealTime()->Repetitions(7)->ReportAggregatesOnly(true);
+BENCHMARK(BM_convert<DType::f32, DType::f8_e4m3fn>)->Name("f32_to_e4m3")->UseRealTime()->Repetitions(7)->ReportAggregatesOnly(true);
+BENCHMARK(BM_convert<DType::f32, DType::f8_e5m2>)->Name("f32_to_e5m2")->UseRealTime()->Repetitions(7)->ReportAggregatesOnly(true);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
@@ -83,7 +86,8 @@ int main(int argc, char** argv) {
   const double mem = rates()["BM_memcpy"];
   std::printf("\nmedian bandwidth (bytes read + written), %d threads\n", num_threads());
   std::printf("  %-14s %8.2f GB/s\n", "memcpy", mem);
-  for (const char* name : {"f16_to_f32", "bf16_to_f32", "f32_to_f16", "f32_to_bf16", "e4m3_to_f32"}) {
+  for (const char* name : {"f16_to_f32", "bf16_to_f32", "f32_to_f16", "f32_to_bf16", "e4m3_to_f32",
+                           "e5m2_to_f32", "f32_to_e4m3", "f32_to_e5m2"}) {
     const double r = rates()[name];
     std::printf("  %-14s %8.2f GB/s  = %5.1f%% of memcpy\n", name, r, mem > 0 ? 100.0 * r / mem : 0.0);
   }

@@ -3,12 +3,13 @@
 //
 // Float to integer saturates and maps NaN to 0 (C++ leaves that undefined; torch is
 // platform-dependent). Integer to integer wraps, as torch does. Anything to bool is `!= 0`.
-// The hot pairs (f16/bf16 <-> f32) run vectorized: F16C / AVX2 / AVX-512 when the build
-// enables them, a scalar loop otherwise. The scalar rounding onto the small formats is
-// core/float_types.hpp's, the same code the CUDA conversion kernels compile.
+// The hot pairs (f32 <-> f16 / bf16 / f8 e4m3fn / f8 e5m2) run the best kernels this CPU has,
+// chosen at run time (core/convert_kernels.hpp), so a program built without -march flags uses
+// AVX-512 where the CPU has it. Every kernel gives core/float_types.hpp's bits, the same
+// rounding the CUDA conversion kernels compile; an f16 NaN widens quietened, as F16C does.
 #pragma once
 
-#include <array>
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -16,10 +17,7 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
+#include "accel/core/convert_kernels.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/float_types.hpp"
 #include "accel/core/parallel.hpp"
@@ -73,158 +71,28 @@ constexpr To convert_value(From v) noexcept {
 
 namespace detail {
 
-// ---- vectorized hot pairs --------------------------------------------------------------------
-
-// Outputs past this many bytes bypass the caches (streaming stores), as large memcpy does: the
-// destination is written once and not read back soon, so fetching its lines first only doubles
-// the memory traffic.
-inline constexpr std::size_t streaming_store_bytes = std::size_t{1} << 20;
-
-#if defined(__AVX512F__)
-using f32x_t = __m512;
-inline constexpr std::size_t f32x_lanes = 16;
-inline void store_f32x(float* dst, f32x_t v, bool stream) noexcept {
-  if (stream) {
-    _mm512_stream_ps(dst, v);
-  } else {
-    _mm512_storeu_ps(dst, v);
-  }
-}
-#endif
-
-/// Runs the scalar `tail(i)` until dst is 64-byte aligned (when streaming), then `body(i)` per
-/// vector of `lanes`, then `tail` again; returns after fencing streamed stores.
-template <std::size_t Lanes, class Body, class Tail>
-inline void vector_loop(float* dst, std::size_t n, bool stream, Body&& body, Tail&& tail) noexcept {
-  std::size_t i = 0;
-  if (stream) {
-    while (i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 63u) != 0) tail(i++);
-  }
-  for (; i + Lanes <= n; i += Lanes) body(i);
-  for (; i < n; ++i) tail(i);
-#if defined(__SSE2__)
-  if (stream) _mm_sfence();
-#endif
-}
-
+/// The hot pairs through this CPU's kernels; op kernels call these on rows.
 inline void f16_to_f32(const half* src, float* dst, std::size_t n) noexcept {
-  [[maybe_unused]] const bool stream = n * sizeof(float) >= streaming_store_bytes;
-#if defined(__AVX512F__)
-  vector_loop<16>(dst, n, stream,
-      [&](std::size_t i) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-        store_f32x(dst + i, _mm512_cvtph_ps(h), stream);
-      },
-      [&](std::size_t i) { dst[i] = static_cast<float>(src[i]); });
-#elif defined(__F16C__)
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-#else
-  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-#endif
+  convert_kernels().widen<half>()(src, dst, n);
 }
-
-inline void f32_to_f16(const float* src, half* dst, std::size_t n) noexcept {
-  std::size_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
-  }
-#endif
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-  }
-#endif
-  for (; i < n; ++i) dst[i] = half(src[i]);
-}
-
 inline void bf16_to_f32(const bfloat16* src, float* dst, std::size_t n) noexcept {
-  [[maybe_unused]] const bool stream = n * sizeof(float) >= streaming_store_bytes;
-#if defined(__AVX512F__)
-  vector_loop<16>(dst, n, stream,
-      [&](std::size_t i) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-        store_f32x(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)), stream);
-      },
-      [&](std::size_t i) { dst[i] = static_cast<float>(src[i]); });
-#elif defined(__AVX2__)
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), w);
-  }
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-#else
-  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-#endif
+  convert_kernels().widen<bfloat16>()(src, dst, n);
 }
-
-/// f8 -> f32 through a 256-entry table: the decode has a loop for subnormals, the table none.
-template <class T>
-inline const std::array<float, 256>& f8_table() noexcept {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (unsigned c = 0; c < 256; ++c) t[c] = static_cast<float>(T::from_bits(static_cast<std::uint8_t>(c)));
-    return t;
-  }();
-  return table;
+inline void f32_to_f16(const float* src, half* dst, std::size_t n) noexcept {
+  convert_kernels().narrow<half>()(src, dst, n);
 }
-
-template <class T>
-inline void f8_to_f32(const T* src, float* dst, std::size_t n) noexcept {
-  const auto& table = f8_table<T>();
-  for (std::size_t i = 0; i < n; ++i) dst[i] = table[src[i].bits];
-}
-
 inline void f32_to_bf16(const float* src, bfloat16* dst, std::size_t n) noexcept {
-  std::size_t i = 0;
-#if defined(__AVX2__)
-  // Round to nearest even: add 0x7fff + lsb, then take the high half; NaNs are quietened with
-  // their payload kept, exactly as the scalar path does.
-  const __m256i lsb_mask = _mm256_set1_epi32(1);
-  const __m256i bias = _mm256_set1_epi32(0x7fff);
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i quiet = _mm256_set1_epi32(0x00400000);
-  for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), lsb_mask);
-    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(bias, lsb));
-    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), is_nan);
-    const __m256i hi = _mm256_srli_epi32(r, 16);
-    // Pack 8 x u32 (each < 2^16) into 8 x u16 in order.
-    const __m256i packed = _mm256_packus_epi32(hi, hi);
-    const __m256i ordered = _mm256_permute4x64_epi64(packed, 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(ordered));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = bfloat16(src[i]);
+  convert_kernels().narrow<bfloat16>()(src, dst, n);
 }
 
 template <class To, class From>
 void convert_span(const From* src, To* dst, std::size_t n) noexcept {
   if constexpr (std::is_same_v<To, From>) {
     std::memcpy(dst, src, n * sizeof(To));
-  } else if constexpr (std::is_same_v<From, half> && std::is_same_v<To, float>) {
-    f16_to_f32(src, dst, n);
-  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, half>) {
-    f32_to_f16(src, dst, n);
-  } else if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>) {
-    bf16_to_f32(src, dst, n);
-  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) {
-    f32_to_bf16(src, dst, n);
-  } else if constexpr ((std::is_same_v<From, float8_e4m3fn> || std::is_same_v<From, float8_e5m2>) &&
-                       std::is_same_v<To, float>) {
-    f8_to_f32(src, dst, n);
+  } else if constexpr (is_small_float_v<From> && std::is_same_v<To, float>) {
+    convert_kernels().widen<From>()(src, dst, n);
+  } else if constexpr (std::is_same_v<From, float> && is_small_float_v<To>) {
+    convert_kernels().narrow<To>()(src, dst, n);
   } else if constexpr (is_small_float_v<From> && is_small_float_v<To>) {
     // Through f32 in blocks: exact, since every small format embeds in f32.
     constexpr std::size_t block = 256;

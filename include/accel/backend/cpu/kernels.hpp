@@ -7,6 +7,11 @@
 //
 // Every kernel reads and writes plain f32 spans of `n` elements (unaligned is fine) and is
 // single-threaded: the ops split rows over threads. Reductions accumulate in f32 lanes.
+//
+// These run at the ISA the program is built for, unlike the dtype conversions (core/
+// simd_arch.hpp), which dispatch at run time: xsimd 8.1 compiles a wider batch<float, A> and
+// its exp / erf / tanh only in translation units built with A's -m flags, which a header cannot
+// set for its users.
 #pragma once
 
 #include <algorithm>

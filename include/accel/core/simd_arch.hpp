@@ -1,0 +1,131 @@
+// CPU instruction-set tags in xsimd's style, and the run-time choice among them.
+//
+//   simd::scalar < simd::avx2 < simd::avx512 < simd::avx512_bf16     tags, each derived from the one below
+//   simd::requires_arch<A>                                           a kernel overload's tag parameter
+//   simd::x86_ladder                                                 xsimd::arch_list, best first
+//   simd::dispatch<List>(f)                                          f(best available tag of List)
+//
+// A kernel is an overload set over `requires_arch<A>`: calling it with the machine's tag picks
+// the most derived overload, so a new ISA adds only the kernels that differ. Each tag's overloads
+// carry ACCEL_TARGET_<ISA> (GCC / Clang `target` attributes), which lets one header compile
+// AVX-512 code in a program built for baseline x86-64; only a CPU that has the ISA runs it.
+//
+// Why not xsimd's own tags and `xsimd::dispatch`: xsimd 8.1 defines `batch<T, avx512bw>` and its
+// kernels only when the translation unit is compiled with -mavx512bw, and a header cannot turn
+// that on for its users; its CPU check also skips the OS's register-state check (XGETBV) and
+// knows neither F16C nor AVX512-BF16. So the wider kernels are target-attributed intrinsics and
+// GCC vector extensions, chosen by the detection below, and the ladder is an xsimd::arch_list.
+#pragma once
+
+#include <cstddef>
+
+#include <xsimd/config/xsimd_arch.hpp>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define ACCEL_SIMD_X86 1
+#define ACCEL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
+#define ACCEL_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2")))
+#define ACCEL_TARGET_AVX512_BF16 \
+  __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2")))
+#else
+#define ACCEL_SIMD_X86 0
+#endif
+
+namespace accel::simd {
+
+namespace detail {
+
+/// What this CPU and its OS can run: the CPUID bits, and XCR0 saying the OS saves the registers.
+struct cpu_features {
+  bool avx2 = false;         // with FMA and F16C, which every AVX2 CPU has (x86-64-v3)
+  bool avx512 = false;       // F, BW, DQ, VL (x86-64-v4)
+  bool avx512_bf16 = false;  // VCVTNEPS2BF16
+
+  cpu_features() noexcept {
+#if ACCEL_SIMD_X86
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const bool osxsave = (c >> 27) & 1u, fma = (c >> 12) & 1u, f16c = (c >> 29) & 1u;
+    if (!osxsave) return;
+    unsigned xcr0_lo = 0;
+    [[maybe_unused]] unsigned xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;     // SSE + AVX
+    const bool zmm_state = (xcr0_lo & 0xe6u) == 0xe6u;   // + opmask, ZMM0-15 upper, ZMM16-31
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    avx2 = ymm_state && ((b >> 5) & 1u) && fma && f16c;
+    const bool f = (b >> 16) & 1u, dq = (b >> 17) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u;
+    avx512 = avx2 && zmm_state && f && dq && bw && vl;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512_bf16 = avx512 && ((a >> 5) & 1u);
+#endif
+  }
+};
+
+inline const cpu_features& cpu() noexcept {
+  static const cpu_features features;
+  return features;
+}
+
+}  // namespace detail
+
+/// Portable C++: every CPU; the rounding is core/float_types.hpp's.
+struct scalar {
+  static constexpr bool supported() noexcept { return true; }
+  static bool available() noexcept { return true; }
+  static constexpr unsigned version() noexcept { return 0; }
+  static constexpr std::size_t alignment() noexcept { return sizeof(float); }  // register bytes
+  static constexpr const char* name() noexcept { return "scalar"; }
+};
+
+/// An x86 tag one rung above Parent, with registers of Bytes, available where the CPU and OS
+/// run `Feature`.
+template <class Parent, unsigned Version, std::size_t Bytes, bool detail::cpu_features::*Feature>
+struct x86_tag : Parent {
+  static constexpr bool supported() noexcept { return ACCEL_SIMD_X86; }
+  static bool available() noexcept { return supported() && detail::cpu().*Feature; }
+  static constexpr unsigned version() noexcept { return Version; }
+  static constexpr std::size_t alignment() noexcept { return Bytes; }
+};
+
+/// AVX2 with FMA and F16C (Haswell, Zen 1 and later).
+struct avx2 : x86_tag<scalar, 1, 32, &detail::cpu_features::avx2> {
+  static constexpr const char* name() noexcept { return "avx2"; }
+};
+/// AVX-512 F, BW, DQ and VL (Skylake-SP, Zen 4 and later).
+struct avx512 : x86_tag<avx2, 2, 64, &detail::cpu_features::avx512> {
+  static constexpr const char* name() noexcept { return "avx512"; }
+};
+/// AVX-512 with the BF16 conversions (Cooper Lake, Sapphire Rapids, Zen 4).
+struct avx512_bf16 : x86_tag<avx512, 3, 64, &detail::cpu_features::avx512_bf16> {
+  static constexpr const char* name() noexcept { return "avx512_bf16"; }
+};
+
+/// The tag parameter of a kernel overload; a derived tag converts to it (the fallback).
+template <class Arch>
+using requires_arch = const Arch&;
+
+/// Every tag this library has kernels for, best first; scalar ends it so that dispatch always finds one.
+using x86_ladder = xsimd::arch_list<avx512_bf16, avx512, avx2, scalar>;
+
+namespace detail {
+template <class F, class Arch, class... Rest>
+decltype(auto) dispatch_first(F&& f, xsimd::arch_list<Arch, Rest...>) {
+  if constexpr (sizeof...(Rest) == 0) {
+    return f(Arch{});
+  } else {
+    if (Arch::supported() && Arch::available()) return f(Arch{});
+    return dispatch_first(static_cast<F&&>(f), xsimd::arch_list<Rest...>{});
+  }
+}
+}  // namespace detail
+
+/// Calls f with the first tag of List that this CPU runs (the last tag is taken regardless): what
+/// xsimd::dispatch does, with the detection above. Callers resolve once and keep the result.
+template <class List = x86_ladder, class F>
+decltype(auto) dispatch(F&& f) {
+  return detail::dispatch_first(static_cast<F&&>(f), List{});
+}
+
+}  // namespace accel::simd
