@@ -80,15 +80,6 @@ class MappedFile : public std::enable_shared_from_this<MappedFile> {
                          /*writable=*/false, MemoryKind::mapped);
   }
 
-  /// Tells the kernel the region will be read soon (read-ahead for disk offload).
-  void will_need(std::size_t offset, std::size_t nbytes) const noexcept {
-    if (!data_ || offset >= size_) return;
-    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    const std::size_t begin = offset / page * page;
-    const std::size_t end = std::min(size_, offset + nbytes);
-    ::madvise(data_ + begin, end - begin, MADV_WILLNEED);
-  }
-
  private:
   MappedFile(std::string path, std::byte* data, std::size_t size)
       : path_(std::move(path)), data_(data), size_(size) {
