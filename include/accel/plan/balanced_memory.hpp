@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 #include "accel/nn/module.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/max_memory.hpp"
@@ -69,10 +70,16 @@ inline MaxMemory get_balanced_memory(const nn::Module& model, const MaxMemory& m
       ++leaves;
     }
   }
-  // Python float arithmetic, truncated by int(), as Accelerate does.
+  // Python float arithmetic, truncated by int(), as Accelerate does. Both terms are at most the
+  // model's size, so only the 1.25 can carry the sum past what a size counts.
   const auto mean = static_cast<std::int64_t>(leaf_sum.bytes() / static_cast<double>(std::max<std::int64_t>(leaves, 1)));
   const double bigger = std::max(block.bytes(), static_cast<double>(mean));
-  per_gpu += ByteSize(static_cast<std::int64_t>(1.25 * bigger));
+  try {
+    per_gpu += ByteSize(static_cast<std::int64_t>(1.25 * bigger));
+  } catch (const OverflowError&) {
+    throw OverflowError("get_balanced_memory: the per-GPU share of a " + total.str() +
+                        "-byte model plus 1.25 x its largest block overflows the 2^60 bytes a size can count");
+  }
 
   auto budget = [&](int gpu) -> ByteSize& {
     if (ByteSize* b = mm.find(Placement::gpu(gpu))) return *b;

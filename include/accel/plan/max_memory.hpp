@@ -11,14 +11,18 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 #include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
 
@@ -118,7 +122,8 @@ inline MaxMemory get_max_memory(MaxMemory mm) {
 }
 
 /// Parses "0=20GiB,1=20GiB,cpu=64GB" lists (values: bytes or convert_file_size_to_int strings).
-/// A device named twice throws ValueError.
+/// A device named twice throws ValueError; a size past the 2^60 bytes a ByteSize counts throws
+/// OverflowError naming the entry.
 inline MaxMemory parse_max_memory(std::string_view text) {
   // Every item is read before any is inserted, so a malformed item is reported before a repeat.
   std::vector<MaxMemory::Entry> items;
@@ -134,9 +139,14 @@ inline MaxMemory parse_max_memory(std::string_view text) {
     const std::string_view value = item.substr(eq + 1);
     std::int64_t bytes = 0;
     if (!value.empty() && std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      bytes = std::stoll(std::string(value));
+      if (std::from_chars(value.data(), value.data() + value.size(), bytes).ec != std::errc{}) {
+        throw OverflowError("max_memory entry '" + std::string(item) + "': the size does not fit 64 bits");
+      }
     } else {
       bytes = convert_file_size_to_int(value);
+    }
+    if (bytes > std::numeric_limits<std::int64_t>::max() / 8) {
+      throw OverflowError("max_memory entry '" + std::string(item) + "': more than the 2^60 bytes a size can count");
     }
     items.emplace_back(parse_memory_key(item.substr(0, eq)), ByteSize(bytes));
   }
