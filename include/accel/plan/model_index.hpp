@@ -314,26 +314,33 @@ class ModelIndex {
     n.end = next_id() + 1;
     nodes_.push_back(n);
     const Id id = n.end - 1;
-    // A meta tensor's extents are checked against the address space in bytes only: one-byte
-    // elements can still count past INT64_MAX, where Shape::numel would wrap.
-    if (cell->data.defined()) {
-      try {
-        nodes_.back().numel = checked_numel(cell->data.shape(), "");
-      } catch (const OverflowError&) {
-        throw OverflowError("sizing the model: tensor '" + name(id) + "' of shape " + cell->data.shape().str() +
-                            " has more elements than a 64-bit count holds");
-      }
-    }
+    if (cell->data.defined()) nodes_.back().numel = element_count(id);
     return id;
+  }
+
+  // A meta tensor's extents are bounded by the address space in bytes only: one-byte elements can
+  // still count past INT64_MAX, where Shape::numel would wrap. The check is inline and its message
+  // out of line, since the planner's benchmark meets thousands of tensors per call.
+  std::int64_t element_count(Id id) const {
+    std::int64_t n = 1;
+    for (const std::int64_t e : node(id).cell->data.shape()) {
+      if (__builtin_mul_overflow(n, e, &n)) too_many_elements(id);
+    }
+    return n;
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void too_many_elements(Id id) const {
+    throw OverflowError("sizing the model: tensor '" + name(id) + "' of shape " + node(id).cell->data.shape().str() +
+                        " has more elements than a 64-bit count holds");
   }
 
   // The id the next node gets; node ids are 32-bit, so a tree with more paths is refused.
   Id next_id() const {
-    if (nodes_.size() >= static_cast<std::size_t>(std::numeric_limits<Id>::max())) {
-      throw ValueError("sizing the model: more than " + std::to_string(std::numeric_limits<Id>::max()) +
-                       " module and tensor paths (modules registered many times over?)");
-    }
+    if (nodes_.size() >= static_cast<std::size_t>(std::numeric_limits<Id>::max())) too_many_paths();
     return static_cast<Id>(nodes_.size());
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] static void too_many_paths() {
+    throw ValueError("sizing the model: more than " + std::to_string(std::numeric_limits<Id>::max()) +
+                     " module and tensor paths (modules registered many times over?)");
   }
 
   void apply_special_dtypes(const SizeOptions& opts) {
