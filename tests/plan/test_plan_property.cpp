@@ -430,7 +430,8 @@ void run_case(std::uint64_t seed, Family family, CaseReport& report) {
       if (hits > 1) problem(g.tensors[i].path + " is under " + std::to_string(hits) + " keys");
     }
     // Every key names something of the model.
-    for (const auto& [k, p] : map) {
+    for (const auto& entry : map) {
+      const std::string& k = entry.first;  // a named reference: clang 14 cannot capture a binding
       const auto under_k = [&](const GenTensor& t) { return covers(k, t.path); };
       if (k.empty() || std::any_of(g.tensors.begin(), g.tensors.end(), under_k)) continue;
       try {

@@ -6,7 +6,8 @@
 // the first module of each no-split class (largest of those), mean the mean size of the final
 // modules. Every GPU but the last gets min(per_gpu, budget); low_zero gives the first GPU only
 // what the others cannot hold. GPUs with a zero budget are ignored; cpu and disk pass
-// through. Unlike Accelerate, GPU ids need not be 0..n-1 and a "disk" key is accepted.
+// through. Unlike Accelerate, GPU ids need not be 0..n-1 and a "disk" key is accepted. Each loop
+// goes once over a list fixed before it starts (the size table, the GPUs), so none needs a bound.
 #pragma once
 
 #include <algorithm>

@@ -332,7 +332,9 @@ class Placer {
     const std::optional<Id> e = entry_holding(p);
     if (!e || !idx_.contains(*e, n)) return e;
     Id a = p;
-    while (!idx_.contains(idx_.parent(a), n)) a = idx_.parent(a);  // climbs towards *e, which holds n
+    // Climbs from p towards *e, which holds n, so it stops at the latest one step below *e: at
+    // most the depth of the tree.
+    while (!idx_.contains(idx_.parent(a), n)) a = idx_.parent(a);
     const auto kids = idx_.split_children(idx_.parent(a));
     if (std::find(kids.begin(), kids.end(), a) == kids.end()) return std::nullopt;
     return a;
@@ -372,7 +374,7 @@ class Placer {
     }
     if (!found) return false;
     // Expand the found entry's ancestors that sit in the queue, top-down, then take it out.
-    std::vector<Id> chain;
+    std::vector<Id> chain;  // parents have smaller ids than their children: depth steps to the root
     for (Id a = idx_.parent(*found); a >= 0; a = idx_.parent(a)) chain.push_back(a);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       auto pos = std::find(stack_.begin(), stack_.end(), *it);
@@ -435,6 +437,7 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory&
     // The node ids of a module's subtree are contiguous, so "below" is a range test.
     using Id = ModelIndex::Id;
     const auto below = [&](Id m, Id k) { return m == 0 || (k > m && k < idx.end(m)); };
+    // Asked only for keys strictly below m, so the climb meets m within the depth of the tree.
     const auto child_of = [&](Id m, Id k) {
       while (idx.parent(k) != m) k = idx.parent(k);
       return k;

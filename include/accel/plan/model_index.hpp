@@ -48,6 +48,8 @@ class PointerSet {
     auto h = reinterpret_cast<std::uintptr_t>(p);
     h ^= h >> 17;
     h *= 0x9E3779B97F4A7C15ull;
+    // insert() keeps the table at most half full, so the probe meets p or an empty slot within
+    // slots_.size() steps.
     for (std::size_t i = (h >> 20) & mask;; i = (i + 1) & mask) {
       if (slots_[i] == p) return false;
       if (!slots_[i]) {
