@@ -77,6 +77,10 @@ if(TARGET accel_cli)
   foreach(model llama2_7b tinyllama_1.1b)
     add_test(NAME cli_plan_numbers_${model} COMMAND ${estimate_check} plan-config ${cfg}/${model})
   endforeach()
+  # Models at the edge of what a size counts (2^60 bytes): past it, exit 1 with an error that names
+  # the tensor or module, never wrapped negative sizes; below it, a largest layer within the total.
+  add_test(NAME cli_huge_sizes COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_huge_sizes.py $<TARGET_FILE:accel_cli>
+                                       ${CMAKE_CURRENT_BINARY_DIR}/cli_huge_sizes)
   # The same CLI on conformance model specs, against what Accelerate itself answered.
   set(queries ${ACCEL_SHARED_DIR}/conformance/accelerate/queries)
   if(EXISTS ${queries}/llama_tiny.json AND EXISTS ${queries}/gpt2_tiny.json)

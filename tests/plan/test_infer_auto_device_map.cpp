@@ -155,3 +155,29 @@ TEST_CASE("A policy bundle sizes in its precision and keeps room for prefetched 
   f32_sizes.sizes.dtype = DType::f32;
   CHECK(dump(infer_auto_device_map<Bf16>(*m, gpus({130}), f32_sizes)) == dump(infer_auto_device_map(*m, gpus({130}))));
 }
+
+TEST_CASE("fallback_allocation ends on weights tied across modules under small budgets", "[plan][infer][fallback]") {
+  // a, b and c share one weight (counted under a): b and c weigh their biases only; d is the
+  // largest layer, which the first GPU keeps room for.
+  const auto j = nlohmann::json::parse(R"({"format": "accelerate-oracle-spec/v1",
+    "root": {"name": "", "class": "Seq", "children": [
+      {"name": "a", "class": "Linear", "params": [{"name": "weight", "shape": [5]}]},
+      {"name": "b", "class": "Linear", "params": [{"name": "weight", "shape": [5]}, {"name": "bias", "shape": [5]}]},
+      {"name": "c", "class": "Linear", "params": [{"name": "weight", "shape": [5]}, {"name": "bias", "shape": [5]}]},
+      {"name": "d", "class": "Linear", "params": [{"name": "weight", "shape": [20]}]}]},
+    "tied": [["a.weight", "b.weight", "c.weight"]]})");
+  auto m = nn::module_from_spec(j);
+  plan::InferOptions o;
+  o.fallback_allocation = true;
+  for (std::int64_t budget = 0; budget <= 200; budget += 5) {
+    for (std::int64_t cpu : {0, 30, 1000}) {
+      INFO("gpu 0 " << budget << ", cpu " << cpu);
+      MaxMemory mm = gpus({budget});
+      mm.add(Placement::cpu(), ByteSize(cpu));
+      const auto dm = infer_auto_device_map(*m, mm, o);
+      CHECK_NOTHROW(check_device_map(*m, dm));
+      CHECK(dm.lookup("a.weight") == dm.lookup("b.weight"));
+      CHECK(dm.lookup("a.weight") == dm.lookup("c.weight"));
+    }
+  }
+}

@@ -3,7 +3,10 @@
 #include <string>
 
 #include "accel/nn/spec.hpp"
+#include "accel/plan/balanced_memory.hpp"
+#include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/module_sizes.hpp"
+#include "accel/plan/runtime_reserve.hpp"
 
 using namespace accel;
 
@@ -59,4 +62,49 @@ TEST_CASE("get_max_layer_size and calculate_maximum_sizes", "[plan][sizes]") {
   const auto all = calculate_maximum_sizes(*m);
   CHECK(all.total_size == ByteSize(30044));
   CHECK(all.largest_layer.max_size == ByteSize(12672));
+}
+
+TEST_CASE("Sizes past what a size counts are an OverflowError naming the tensor or module", "[plan][sizes][overflow]") {
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const OverflowError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no OverflowError");
+  };
+  // One parameter of 10^18 float32 elements: 4 * 10^18 bytes, past the 2^60 a ByteSize holds.
+  auto one = nn::module_from_spec(nlohmann::json::parse(R"({"format": "accelerate-oracle-spec/v1",
+    "root": {"name": "", "class": "M", "children": [
+      {"name": "embed", "class": "Embedding", "params": [{"name": "weight", "shape": [1000000000, 1000000000]}]}]}})"));
+  const std::string e1 = message([&] { compute_module_sizes(*one); });
+  CHECK(e1.find("parameter 'embed.weight'") != std::string::npos);
+  CHECK(e1.find("[1000000000, 1000000000]") != std::string::npos);
+  CHECK(message([&] { infer_auto_device_map(*one, {{Placement::gpu(0), ByteSize(1000)}}); }) == e1);
+  CHECK(message([&] { calculate_maximum_sizes(*one); }) == e1);
+  // As int8 it is 10^18 bytes, which fits: sized, not refused.
+  plan::SizeOptions int8;
+  int8.special_dtypes["embed.weight"] = DType::i8;
+  CHECK(compute_module_sizes(*one, int8)[""] == ByteSize(1'000'000'000'000'000'000));
+
+  // Ten layers of 4 * 10^17 bytes each fit one by one; their sum does not.
+  nlohmann::json layers = nlohmann::json::array();
+  for (int i = 0; i < 10; ++i) {
+    layers.push_back({{"name", std::to_string(i)}, {"class", "Block"},
+                      {"params", {{{"name", "weight"}, {"shape", {100'000'000, 1'000'000'000}}}}}});
+  }
+  auto many = nn::module_from_spec({{"format", "accelerate-oracle-spec/v1"},
+                                    {"root", {{"name", ""}, {"class", "M"},
+                                              {"children", {{{"name", "layers"}, {"class", "List"}, {"children", layers}}}}}}});
+  const std::string e2 = message([&] { compute_module_sizes(*many); });
+  CHECK(e2.find("under module 'layers'") != std::string::npos);
+  CHECK(message([&] { get_balanced_memory(*many, {{Placement::gpu(0), ByteSize(1)}, {Placement::gpu(1), ByteSize(1)}}); }) == e2);
+
+  // Budgets and reserves: a size past 2^60 bytes names its entry instead of wrapping.
+  CHECK(message([] { plan::parse_max_memory("0=2000000000000000000"); }).find("'0=2000000000000000000'") != std::string::npos);
+  CHECK(message([] { plan::parse_max_memory("cpu=99999999999999999999"); }).find("'cpu=99999999999999999999'") !=
+        std::string::npos);
+  CHECK(message([] { plan::parse_max_memory("0=5000000000GB"); }).find("'0=5000000000GB'") != std::string::npos);
+  CHECK(message([] { plan::estimate_kv_cache_bytes({1'000'000, 1'000'000, 1'000'000, 1'000'000, 1, DType::f16}); })
+            .find("estimate_kv_cache_bytes") != std::string::npos);
 }

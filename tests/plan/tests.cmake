@@ -1,3 +1,8 @@
+# The planner's loops count their iterations against their stated bounds in the tests too, not
+# only in debug builds (plan/loop_bound.hpp); every test file of accel_test_plan sees the same
+# definition, so the inline planner functions stay one definition.
+target_compile_definitions(accel_test_plan PRIVATE ACCEL_CHECK_LOOP_BOUNDS)
+
 # Planner tests beyond accel_test_plan:
 # - one ctest per Accelerate conformance query file: accel-conformance answers it and
 #   shared/conformance/compare.py judges the answers (the test fails unless every case passes);

@@ -222,7 +222,7 @@ inline constexpr std::int64_t max_size_bytes = std::numeric_limits<std::int64_t>
 /// overflowing size is told from a malformed one), "is not a size" otherwise.
 inline ByteSize parse_byte_size(std::string_view what, std::string_view text) {
   const auto out_of_range = [&] {
-    return ValueError(std::string(what) + ": " + std::string(text) + " is out of range (0 to " +
+    return OverflowError(std::string(what) + ": " + std::string(text) + " is out of range (0 to " +
                       std::to_string(max_size_bytes) + " bytes)");
   };
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {

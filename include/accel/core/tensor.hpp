@@ -326,7 +326,8 @@ class Tensor {
       }
       n *= static_cast<std::size_t>(e);
     }
-    if (n > SIZE_MAX / itemsize(dtype)) {
+    // Strides and element counts are int64: a shape past INT64_MAX elements would wrap them.
+    if (n > SIZE_MAX / itemsize(dtype) || n > static_cast<std::size_t>(INT64_MAX)) {
       throw ShapeError(std::string(op) + ": shape " + shape.str() + " overflows the address space");
     }
     return storage_nbytes(dtype, n);

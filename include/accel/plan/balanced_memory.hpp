@@ -6,7 +6,8 @@
 // the first module of each no-split class (largest of those), mean the mean size of the final
 // modules. Every GPU but the last gets min(per_gpu, budget); low_zero gives the first GPU only
 // what the others cannot hold. GPUs with a zero budget are ignored; cpu and disk pass
-// through. Unlike Accelerate, GPU ids need not be 0..n-1 and a "disk" key is accepted.
+// through. Unlike Accelerate, GPU ids need not be 0..n-1 and a "disk" key is accepted. Each loop
+// goes once over a list fixed before it starts (the size table, the GPUs), so none needs a bound.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 #include "accel/nn/module.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/max_memory.hpp"
@@ -69,10 +71,16 @@ inline MaxMemory get_balanced_memory(const nn::Module& model, const MaxMemory& m
       ++leaves;
     }
   }
-  // Python float arithmetic, truncated by int(), as Accelerate does.
+  // Python float arithmetic, truncated by int(), as Accelerate does. Both terms are at most the
+  // model's size, so only the 1.25 can carry the sum past what a size counts.
   const auto mean = static_cast<std::int64_t>(leaf_sum.bytes() / static_cast<double>(std::max<std::int64_t>(leaves, 1)));
   const double bigger = std::max(block.bytes(), static_cast<double>(mean));
-  per_gpu += ByteSize(static_cast<std::int64_t>(1.25 * bigger));
+  try {
+    per_gpu += ByteSize(static_cast<std::int64_t>(1.25 * bigger));
+  } catch (const OverflowError&) {
+    throw OverflowError("get_balanced_memory: the per-GPU share of a " + total.str() +
+                        "-byte model plus 1.25 x its largest block overflows the 2^60 bytes a size can count");
+  }
 
   auto budget = [&](int gpu) -> ByteSize& {
     if (ByteSize* b = mm.find(Placement::gpu(gpu))) return *b;

@@ -7,8 +7,13 @@
 // children unless it is a layer, else the walk moves to the next device for good. The first GPU
 // and cpu keep room for the largest layer not placed yet. A tensor tied to a module not placed yet
 // drags that module along. Differences from Accelerate, on inputs where it crashes: owners of
-// tied parameters are matched by whole path components, and a tied parameter that is already
-// placed is ignored.
+// tied parameters are matched by whole path components, a tied parameter that is already placed
+// is ignored, and fallback_allocation sizes a candidate's ties against the queue the walk will
+// see (Accelerate 1.2 raises IndexError on a tie to an entry it searched past). Where Accelerate
+// does not crash the maps are its maps but for the ties of ties (see size_with_ties): an entry
+// dragged along for one tie group brings the partners of its other groups too, and no shared
+// weight is counted short when an entry is placed out of order, so tied parameters always share
+// a device and every device keeps within its budget.
 //
 // The model is flattened once (ModelIndex); the loop works on node ids, so it allocates no
 // strings until the result is built.
@@ -27,6 +32,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/nn/module.hpp"
 #include "accel/plan/device_map.hpp"
+#include "accel/plan/loop_bound.hpp"
 #include "accel/plan/max_memory.hpp"
 #include "accel/plan/model_index.hpp"
 #include "accel/plan/module_sizes.hpp"
@@ -85,7 +91,15 @@ class Placer {
       max_names_ = std::move(names);
     }
     std::vector<Id> tied_params, tied_modules;
+    // Why the walk ends: every node enters the queue at most once (as a starting entry, or as a
+    // split child when its parent leaves the queue for good), so at most N iterations place
+    // something and at most N split a module. A fallback iteration moves one entry to the front
+    // that the next iteration places (fallback() sizes it as that iteration will), so fallbacks
+    // are at most as many as placements; moving to the next device happens at most D - 1 times
+    // and disk takes everything. N = nodes of the model, D = devices.
+    LoopBound walk("infer_auto_device_map", 3 * idx_.node_count() + devices_.size());
     while (!stack_.empty()) {
+      walk.step();
       const Id cur = stack_.back();
       stack_.pop_back();
       if (log_) *log_ << "\nTreating module " << idx_.name(cur) << ".\n";
@@ -102,7 +116,9 @@ class Placer {
         reserved = max_layer_;
       }
       ByteSize with_ties = size;
-      if (!tied_params.empty()) with_ties = size_with_ties(cur, size, tied_params, tied_modules, stack_);
+      if (!tied_params.empty()) {
+        with_ties = size_with_ties(cur, size, tied_modules, [this](Id p) { return entry_holding(p); });
+      }
       if (bounded && dev.used + size > max_size) {
         if (log_) {
           *log_ << "Not enough space on " << dev.key.str() << " to put " << idx_.name(cur) << " (space available "
@@ -263,37 +279,91 @@ class Placer {
     }
   }
 
-  // Size of `cur` plus the queue entries owning its tied parameters (minus the parameters
-  // themselves); fills `modules` with those entries (an already placed parameter has none).
-  ByteSize size_with_ties(Id cur, ByteSize size, const std::vector<Id>& tied, std::vector<Id>& modules,
-                          const std::vector<Id>& queue) const {
-    (void)cur;
+  // Size of entry `e` plus the entries that must go where it goes: those holding parameters tied
+  // to it, then those holding parameters tied to them, and so on (`owner_of(p)` names the entry
+  // holding p, nullopt for a parameter already placed). Fills `modules` with them, each once.
+  // Accelerate takes the first step only, counts an entry holding two tied parameters twice and
+  // subtracts each tied parameter's own size; where the maps can differ:
+  // - the later steps: an entry dragged along for one tie group can hold another group's
+  //   parameter, whose partners Accelerate then leaves to be placed on a later device;
+  // - the subtraction: a shared tensor is counted under its first path only, so the subtraction
+  //   is 0 unless the dragged entry holds that first path, and there it drops the shared weight
+  //   from the sum; only an entry treated out of order (fallback) meets that case.
+  template <class OwnerOf>
+  ByteSize size_with_ties(Id e, ByteSize size, std::vector<Id>& modules, const OwnerOf& owner_of) const {
     modules.clear();
     ByteSize total = size;
-    for (Id p : tied) {
-      for (auto it = queue.rbegin(); it != queue.rend(); ++it) {
-        if (idx_.contains(*it, p)) {
-          modules.push_back(*it);
-          total += idx_.size(*it) - idx_.size(p);
-          break;
+    const auto taken = [&](Id p) {
+      const auto holds_p = [&](Id m) { return idx_.contains(m, p); };
+      return holds_p(e) || std::any_of(modules.begin(), modules.end(), holds_p);
+    };
+    std::vector<Id> tied;
+    // Each pass takes the next entry of the closure, and a node joins the closure at most once
+    // (`taken` skips what it already holds): at most N passes, N = nodes of the model.
+    LoopBound passes("tie closure", idx_.node_count());
+    for (std::size_t next = 0; next <= modules.size(); ++next) {
+      passes.step();
+      tied_outside(next == 0 ? e : modules[next - 1], tied);
+      for (Id p : tied) {
+        if (taken(p)) continue;
+        if (const std::optional<Id> o = owner_of(p)) {
+          modules.push_back(*o);
+          total += idx_.size(*o);
         }
       }
     }
     return total;
   }
 
+  // The queue entry holding `p` (the entries are disjoint subtrees), nullopt when none does.
+  std::optional<Id> entry_holding(Id p) const {
+    for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
+      if (idx_.contains(*it, p)) return *it;
+    }
+    return std::nullopt;
+  }
+
+  // The entry that will own tied parameter `p` when `n` is treated right after fallback() has moved
+  // it ahead of `cur`: `cur` back in the queue, and n's queued ancestor split down to n. A
+  // parameter beside n in that ancestor is then owned by the child of their common ancestor on
+  // its side (nullopt when that child is a repeated cell or module, which no split yields).
+  std::optional<Id> owner_after_fallback(Id n, Id p, Id cur) const {
+    if (idx_.contains(cur, p)) return cur;
+    const std::optional<Id> e = entry_holding(p);
+    if (!e || !idx_.contains(*e, n)) return e;
+    Id a = p;
+    // Climbs from p towards *e, which holds n, so it stops at the latest one step below *e: at
+    // most the depth of the tree.
+    while (!idx_.contains(idx_.parent(a), n)) a = idx_.parent(a);
+    const auto kids = idx_.split_children(idx_.parent(a));
+    if (std::find(kids.begin(), kids.end(), a) == kids.end()) return std::nullopt;
+    return a;
+  }
+
   // Accelerate 1.2's fallback_allocate: the first entry (searching depth-first through splits)
-  // that fits `limit`, moved to the front of the queue ahead of `cur`.
+  // whose size with its ties fits `limit`, moved to the front of the queue ahead of `cur`.
+  // Accelerate sizes the ties against its search list, which lacks `cur` and the entries searched
+  // before the candidate (it raises IndexError on a tie to one of them). Skipping those ties
+  // under-counts: the walk then finds the candidate too large with them, and the next fallback
+  // picks `cur`, whose ties are under-counted the same way, and so on forever (modules sharing one
+  // weight under a small budget). The ties are sized here against the queue as the walk will see
+  // it, so the entry moved ahead is placed by the next iteration.
   bool fallback(Id cur, ByteSize limit) {
     if (limit < ByteSize{}) return false;
     std::vector<Id> search(stack_.begin(), stack_.end());  // reversed: back() is the front
     std::vector<Id> tied, mods;
     std::optional<Id> found;
+    // Each iteration pops one entry and pushes only the split children of the popped one: every
+    // node of the model is popped at most once, at most N iterations.
+    LoopBound searched("fallback_allocation search", idx_.node_count());
     while (!search.empty()) {
+      searched.step();
       const Id n = search.back();
       search.pop_back();
       tied_outside(n, tied);
-      const ByteSize with_ties = tied.empty() ? idx_.size(n) : size_with_ties(n, idx_.size(n), tied, mods, search);
+      const ByteSize with_ties =
+          tied.empty() ? idx_.size(n)
+                       : size_with_ties(n, idx_.size(n), mods, [&](Id p) { return owner_after_fallback(n, p, cur); });
       if (with_ties <= limit) {
         found = n;
         break;
@@ -304,7 +374,7 @@ class Placer {
     }
     if (!found) return false;
     // Expand the found entry's ancestors that sit in the queue, top-down, then take it out.
-    std::vector<Id> chain;
+    std::vector<Id> chain;  // parents have smaller ids than their children: depth steps to the root
     for (Id a = idx_.parent(*found); a >= 0; a = idx_.parent(a)) chain.push_back(a);
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       auto pos = std::find(stack_.begin(), stack_.end(), *it);
@@ -367,6 +437,7 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory&
     // The node ids of a module's subtree are contiguous, so "below" is a range test.
     using Id = ModelIndex::Id;
     const auto below = [&](Id m, Id k) { return m == 0 || (k > m && k < idx.end(m)); };
+    // Asked only for keys strictly below m, so the climb meets m within the depth of the tree.
     const auto child_of = [&](Id m, Id k) {
       while (idx.parent(k) != m) k = idx.parent(k);
       return k;

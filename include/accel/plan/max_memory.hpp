@@ -11,16 +11,20 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cctype>
 #include <initializer_list>
 #include <ostream>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 #include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/checked.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/nn/module.hpp"
@@ -46,6 +48,8 @@ class PointerSet {
     auto h = reinterpret_cast<std::uintptr_t>(p);
     h ^= h >> 17;
     h *= 0x9E3779B97F4A7C15ull;
+    // insert() keeps the table at most half full, so the probe meets p or an empty slot within
+    // slots_.size() steps.
     for (std::size_t i = (h >> 20) & mask;; i = (i + 1) & mask) {
       if (slots_[i] == p) return false;
       if (!slots_[i]) {
@@ -87,18 +91,32 @@ class ModelIndex {
     detail::PointerSet module_memo(1024), param_memo(1024), buffer_memo(256);
     add_module(model, -1, {}, true, module_memo, param_memo, buffer_memo, 0);
     apply_special_dtypes(opts);
-    for (auto& n : nodes_) {
-      if (n.kind != Kind::module && n.counted) n.size = tensor_size(n, opts);
+    for (Id i = 0; i < static_cast<Id>(nodes_.size()); ++i) {
+      Node& n = nodes_[static_cast<std::size_t>(i)];
+      if (n.kind == Kind::module || !n.counted) continue;
+      try {
+        n.size = tensor_size(n, opts);
+      } catch (const OverflowError&) {
+        const std::string kind = n.kind == Kind::parameter ? "parameter '" : "buffer '";
+        throw OverflowError("sizing the model: " + kind + name(i) + "' (shape " + n.cell->data.shape().str() + ", " +
+                            std::string(dtype_name(n.dtype)) + ") has " + std::to_string(n.numel) + " elements of " +
+                            element_size(n, opts).str() + " bytes, more than the 2^60 bytes a size can count");
+      }
     }
     // Module sizes: children were appended after their parent, so a reverse sweep sums subtrees.
     for (Id i = static_cast<Id>(nodes_.size()) - 1; i > 0; --i) {
       const Node& n = nodes_[static_cast<std::size_t>(i)];
-      nodes_[static_cast<std::size_t>(n.parent)].size += n.size;
-      if (n.kind == Kind::buffer && n.counted) {
-        nodes_[static_cast<std::size_t>(n.parent)].buffer_size += n.size;
+      Node& parent = nodes_[static_cast<std::size_t>(n.parent)];
+      try {
+        parent.size += n.size;
+        if (n.kind == Kind::buffer && n.counted) parent.buffer_size += n.size;
+        if (n.kind == Kind::module) parent.buffer_size += n.buffer_size;
+      } catch (const OverflowError&) {
+        throw OverflowError("sizing the model: the tensors " +
+                            (n.parent == 0 ? std::string("of the model") : "under module '" + name(n.parent) + "'") +
+                            " add up to more than the 2^60 bytes a size can count (at '" + name(i) + "')");
       }
-      if (n.kind == Kind::module) nodes_[static_cast<std::size_t>(n.parent)].buffer_size += n.buffer_size;
-      if (n.has_entry) nodes_[static_cast<std::size_t>(n.parent)].has_entry = true;
+      if (n.has_entry) parent.has_entry = true;
     }
   }
 
@@ -229,7 +247,7 @@ class ModelIndex {
   Id add_module(const nn::Module& m, Id parent, std::string_view local, bool canonical, detail::PointerSet& module_memo,
                 detail::PointerSet& param_memo, detail::PointerSet& buffer_memo, int depth) {
     if (depth > 4096) throw ValueError("module tree deeper than 4096 levels (a module registered inside itself?)");
-    const Id id = static_cast<Id>(nodes_.size());
+    const Id id = next_id();
     if (canonical) canonical = module_memo.insert(&m);
     {
       Node n;
@@ -294,11 +312,37 @@ class ModelIndex {
     n.cell = cell;
     n.counted = counted && cell->data.defined();
     n.has_entry = n.counted;
-    n.numel = cell->data.defined() ? cell->data.numel() : 0;
     n.dtype = cell->data.dtype();
-    n.end = static_cast<Id>(nodes_.size()) + 1;
+    n.end = next_id() + 1;
     nodes_.push_back(n);
-    return n.end - 1;
+    const Id id = n.end - 1;
+    if (cell->data.defined()) nodes_.back().numel = element_count(id);
+    return id;
+  }
+
+  // A meta tensor's extents are bounded by the address space in bytes only: one-byte elements can
+  // still count past INT64_MAX, where Shape::numel would wrap. The check is inline and its message
+  // out of line, since the planner's benchmark meets thousands of tensors per call.
+  std::int64_t element_count(Id id) const {
+    std::int64_t n = 1;
+    for (const std::int64_t e : node(id).cell->data.shape()) {
+      if (__builtin_mul_overflow(n, e, &n)) too_many_elements(id);
+    }
+    return n;
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] void too_many_elements(Id id) const {
+    throw OverflowError("sizing the model: tensor '" + name(id) + "' of shape " + node(id).cell->data.shape().str() +
+                        " has more elements than a 64-bit count holds");
+  }
+
+  // The id the next node gets; node ids are 32-bit, so a tree with more paths is refused.
+  Id next_id() const {
+    if (nodes_.size() >= static_cast<std::size_t>(std::numeric_limits<Id>::max())) too_many_paths();
+    return static_cast<Id>(nodes_.size());
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] static void too_many_paths() {
+    throw ValueError("sizing the model: more than " + std::to_string(std::numeric_limits<Id>::max()) +
+                     " module and tensor paths (modules registered many times over?)");
   }
 
   void apply_special_dtypes(const SizeOptions& opts) {
@@ -309,13 +353,15 @@ class ModelIndex {
     }
   }
 
-  static ByteSize tensor_size(const Node& n, const SizeOptions& opts) {
-    if (n.special) return dtype_byte_size(*n.special) * n.numel;
+  // One element as counted: a special dtype wins, a target dtype only shrinks floating tensors.
+  static ByteSize element_size(const Node& n, const SizeOptions& opts) {
+    if (n.special) return dtype_byte_size(*n.special);
     const ByteSize own = dtype_byte_size(n.dtype);
-    if (!opts.dtype || !is_floating_point(n.dtype)) return own * n.numel;
+    if (!opts.dtype || !is_floating_point(n.dtype)) return own;
     const ByteSize target = dtype_byte_size(*opts.dtype);
-    return (target < own ? target : own) * n.numel;
+    return target < own ? target : own;
   }
+  static ByteSize tensor_size(const Node& n, const SizeOptions& opts) { return element_size(n, opts) * n.numel; }
 
   std::vector<Node> nodes_;
   std::vector<Id> split_;

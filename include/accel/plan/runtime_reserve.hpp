@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,14 +36,15 @@ struct KVCacheShape {
 };
 
 /// Bytes of a full KV cache: 2 (keys and values) x layers x kv_heads x head_dim x max_seq x batch
-/// x element size. ValueError on a negative dimension, OverflowError (a ValueError) on an
-/// overflowing product.
+/// x element size. ValueError on a negative dimension, OverflowError (a ValueError) on a product
+/// past what a size holds.
 inline ByteSize estimate_kv_cache_bytes(const KVCacheShape& s) {
   const std::int64_t dims[] = {2, s.layers, s.kv_heads, s.head_dim, s.max_seq, s.batch};
-  for (const std::int64_t d : dims) {
+  for (std::int64_t d : dims) {
     if (d < 0) throw ValueError("estimate_kv_cache_bytes: negative dimension " + std::to_string(d));
   }
-  return dtype_byte_size(s.dtype) * checked_numel(dims, "estimate_kv_cache_bytes: the KV cache size");
+  constexpr std::string_view what = "estimate_kv_cache_bytes: 2 x layers x kv_heads x head_dim x max_seq x batch";
+  return ByteSize::from_bits(checked_mul(checked_numel(dims, what), dtype_byte_size(s.dtype).bits(), what));
 }
 
 /// The KV cache of a LLaMA-family decoder: num_hidden_layers x num_key_value_heads x head_dim
