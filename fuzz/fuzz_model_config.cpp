@@ -43,27 +43,27 @@ void check_spec(const nlohmann::json& j) {
   }
 }
 
-void check_count(std::int64_t v, std::int64_t limit) { check(v >= 1 && v <= limit); }
+// Every family's counts obey the same documented ranges (models/hf_config.hpp).
+void check_counts(std::int64_t layers, std::int64_t heads, std::int64_t size) {
+  namespace m = accel::models;
+  check(layers >= 1 && layers <= m::max_config_layers);
+  check(heads >= 1 && heads <= m::max_config_heads);
+  check(size >= 1 && size <= m::max_config_size);
+}
 
 void check_llama(const nlohmann::json& j) {
-  namespace m = accel::models;
-  const auto c = m::llama_config_from_json(j, "fuzz-config.json");
-  check_count(c.num_hidden_layers, m::max_config_layers);
-  check_count(c.num_attention_heads, m::max_config_heads);
-  check_count(c.num_key_value_heads, m::max_config_heads);
-  check_count(c.hidden_size, m::max_config_size);
+  const auto c = accel::models::llama_config_from_json(j, "fuzz-config.json");
+  check_counts(c.num_hidden_layers, c.num_attention_heads, c.hidden_size);
+  check(c.num_key_value_heads >= 1 && c.num_key_value_heads <= c.num_attention_heads);
   const std::int64_t dim = c.resolved_head_dim();
   check(dim >= 1);
-  const auto f = m::rope_frequencies(c.rope_scaling, c.rope_theta, dim, c.max_position_embeddings);
+  const auto f = accel::models::rope_frequencies(c.rope_scaling, c.rope_theta, dim, c.max_position_embeddings);
   for (double x : f.inv_freq) check(std::isfinite(x));
 }
 
 void check_gpt2(const nlohmann::json& j) {
-  namespace m = accel::models;
-  const auto c = m::gpt2_config_from_json(j, "fuzz-config.json");
-  check_count(c.n_layer, m::max_config_layers);
-  check_count(c.n_head, m::max_config_heads);
-  check_count(c.n_embd, m::max_config_size);
+  const auto c = accel::models::gpt2_config_from_json(j, "fuzz-config.json");
+  check_counts(c.n_layer, c.n_head, c.n_embd);
 }
 
 }  // namespace

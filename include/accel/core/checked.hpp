@@ -25,26 +25,31 @@ class OverflowError : public ValueError {
   using ValueError::ValueError;
 };
 
+namespace detail {
+
+/// `overflowed` is a __builtin_*_overflow: true when the exact result did not fit `T`.
+template <std::integral T, class Op>
+constexpr T checked_op(T a, T b, std::string_view what, const char* sign, Op overflowed) {
+  T r{};
+  if (overflowed(a, b, &r)) {
+    throw OverflowError(std::string(what) + ": " + std::to_string(a) + sign + std::to_string(b) + " overflows a " +
+                        std::to_string(sizeof(T) * 8) + "-bit size");
+  }
+  return r;
+}
+
+}  // namespace detail
+
 /// a + b for any integer type; throws OverflowError("<what>: ... overflows") instead of wrapping.
 template <std::integral T>
 constexpr T checked_add(T a, T b, std::string_view what) {
-  T r{};
-  if (__builtin_add_overflow(a, b, &r)) {
-    throw OverflowError(std::string(what) + ": " + std::to_string(a) + " + " + std::to_string(b) +
-                        " overflows a " + std::to_string(sizeof(T) * 8) + "-bit size");
-  }
-  return r;
+  return detail::checked_op(a, b, what, " + ", [](T x, T y, T* r) { return __builtin_add_overflow(x, y, r); });
 }
 
 /// a * b for any integer type; throws OverflowError instead of wrapping.
 template <std::integral T>
 constexpr T checked_mul(T a, T b, std::string_view what) {
-  T r{};
-  if (__builtin_mul_overflow(a, b, &r)) {
-    throw OverflowError(std::string(what) + ": " + std::to_string(a) + " x " + std::to_string(b) +
-                        " overflows a " + std::to_string(sizeof(T) * 8) + "-bit size");
-  }
-  return r;
+  return detail::checked_op(a, b, what, " x ", [](T x, T y, T* r) { return __builtin_mul_overflow(x, y, r); });
 }
 
 /// Product of a range of extents (a Shape, a vector, an initializer list). A negative extent is
