@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -180,4 +181,24 @@ TEST_CASE("fallback_allocation ends on weights tied across modules under small b
       CHECK(dm.lookup("a.weight") == dm.lookup("c.weight"));
     }
   }
+}
+
+TEST_CASE("A model of 50,000 tensors under one module is sized and placed in linear time", "[plan][hostile]") {
+  // A checkpoint without dotted names becomes one module holding every tensor: the planner's
+  // per-module deduplication and its largest-layer bookkeeping must not scan that list per entry.
+  constexpr int n = 50'000;
+  nn::Module root("Checkpoint");
+  for (int i = 0; i < n; ++i) {
+    root.register_parameter("t" + std::to_string(i), Tensor::empty({i % 3}, DType::f32, Device::meta()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto sizes = plan::compute_module_sizes(root);
+  const DeviceMap dm = infer_auto_device_map(root, plan::parse_max_memory("0=40000,cpu=1GB"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::int64_t expected = 0;
+  for (int i = 0; i < n; ++i) expected += 4 * (i % 3);
+  CHECK(sizes[""] == ByteSize(expected));
+  CHECK(dm.size() >= 2);
+  // Quadratic bookkeeping took over 10 s here; the bound leaves room for sanitizers and load.
+  CHECK(seconds < 5.0);
 }

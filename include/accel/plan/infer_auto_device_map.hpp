@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <ostream>
@@ -89,6 +90,7 @@ class Placer {
       auto [m, names] = scan_.over(std::vector<Id>(stack_.rbegin(), stack_.rend()));
       max_layer_ = m;
       max_names_ = std::move(names);
+      std::sort(max_names_.begin(), max_names_.end(), std::greater<>());
     }
     std::vector<Id> tied_params, tied_modules;
     // Why the walk ends: every node enters the queue at most once (as a starting entry, or as a
@@ -103,8 +105,18 @@ class Placer {
       const Id cur = stack_.back();
       stack_.pop_back();
       if (log_) *log_ << "\nTreating module " << idx_.name(cur) << ".\n";
-      std::erase_if(max_names_, [&](Id n) { return idx_.contains(cur, n); });
-      if (max_names_.empty()) recompute_max_layer();
+      // Rescanning the queue only when the last largest layer left it, or modules were queued
+      // since the last scan, keeps a queue of n plain tensors linear: otherwise the scan would
+      // find again the nothing it found before.
+      // max_names_ is sorted by descending id and cur's subtree is the id range [cur, end(cur)):
+      // the queue mostly advances in id order, so the erased run sits at the back, O(1) a step.
+      const std::size_t max_before = max_names_.size();
+      {
+        const auto first = std::lower_bound(max_names_.begin(), max_names_.end(), idx_.end(cur) - 1, std::greater<>());
+        const auto last = std::upper_bound(first, max_names_.end(), cur, std::greater<>());
+        max_names_.erase(first, last);
+      }
+      if (max_names_.empty() && (max_before > 0 || max_stale_)) recompute_max_layer();
       const ByteSize size = idx_.size(cur);
       tied_outside(cur, tied_params);
       Device& dev = devices_[current_];
@@ -212,6 +224,7 @@ class Placer {
   }
 
   void recompute_max_layer() {
+    max_stale_ = false;
     queue_modules_.clear();
     for (auto it = stack_.rbegin(); it != stack_.rend(); ++it) {
       if (idx_.is_module(*it)) queue_modules_.push_back(*it);
@@ -219,17 +232,20 @@ class Placer {
     auto [m, names] = scan_.over(queue_modules_);
     max_layer_ = m;
     max_names_ = std::move(names);
+    std::sort(max_names_.begin(), max_names_.end(), std::greater<>());
   }
 
   void place(Id i) {
     Device& dev = devices_[current_];
     const Placement p = dev.key;
-    for (auto& e : placed_) {
-      if (e.first == i) {
-        e.second = p;
-        return;
-      }
+    // Where each node sits in placed_, so placing n entries costs O(n), not a scan per entry.
+    if (placed_at_.empty()) placed_at_.assign(idx_.node_count(), -1);
+    auto& at = placed_at_[static_cast<std::size_t>(i)];
+    if (at >= 0) {
+      placed_[static_cast<std::size_t>(at)].second = p;
+      return;
     }
+    at = static_cast<std::int64_t>(placed_.size());
     placed_.emplace_back(i, p);
     if (idx_.is_module(i) && !opts_.offload_buffers) dev.buffers += idx_.buffer_size(i);
   }
@@ -382,6 +398,7 @@ class Placer {
       const std::size_t at = static_cast<std::size_t>(pos - stack_.begin());
       stack_.erase(pos);
       push_front_children(*it, at);
+      max_stale_ = true;
     }
     auto pos = std::find(stack_.begin(), stack_.end(), *found);
     if (pos == stack_.end()) return false;
@@ -420,8 +437,10 @@ class Placer {
   std::vector<Id> queue_modules_;
   ByteSize max_layer_;
   std::vector<Id> max_names_;
+  bool max_stale_ = false;  ///< modules were queued since the last scan for the largest layer
   std::vector<std::vector<Id>> groups_;
   std::vector<std::pair<Id, Placement>> placed_;
+  std::vector<std::int64_t> placed_at_;  ///< node -> index in placed_, -1 when not placed
 };
 
 }  // namespace detail

@@ -9,9 +9,11 @@
 // de-duplicating traversal meets it; other paths of the same module or tensor weigh 0.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -69,6 +71,32 @@ class PointerSet {
   }
   std::vector<const void*> slots_;
   std::size_t count_ = 0;
+};
+
+/// Deduplicates one module's list as it is built. Real modules hold a handful of tensors and
+/// children, which a scan of a small array serves fastest; past that a PointerSet takes over, so
+/// a checkpoint with 100k tensors directly under the root still indexes in linear time.
+class FirstSeen {
+ public:
+  /// True when `p` was not seen yet.
+  bool insert(const void* p) {
+    if (set_) return set_->insert(p);
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (few_[i] == p) return false;
+    }
+    if (count_ == few_.size()) {
+      set_ = std::make_unique<PointerSet>(2 * count_);
+      for (const void* q : few_) set_->insert(q);
+      return set_->insert(p);
+    }
+    few_[count_++] = p;
+    return true;
+  }
+
+ private:
+  std::array<const void*, 16> few_{};
+  std::size_t count_ = 0;
+  std::unique_ptr<PointerSet> set_;
 };
 }  // namespace detail
 
@@ -259,17 +287,16 @@ class ModelIndex {
     // Split list, gathered on a shared stack (children push their own lists above ours): direct
     // parameters (each cell once), then children (each module once).
     const std::size_t base = scratch_.size();
+    detail::FirstSeen own_cells, own_buffers, own_children;
     for (const auto& p : m.parameter_slots()) {
       const Id pid = add_tensor(m, id, p.name, p.cell.get(), Kind::parameter, canonical && param_memo.insert(p.cell.get()));
-      if (!seen_cell(base, p.cell.get())) scratch_.push_back(pid);
+      if (own_cells.insert(p.cell.get())) scratch_.push_back(pid);
     }
     const auto n_params = static_cast<std::uint32_t>(scratch_.size() - base);
     const std::size_t buf_base = buf_scratch_.size();
     for (const auto& b : m.buffer_slots()) {
       const Id bid = add_tensor(m, id, b.name, b.cell.get(), Kind::buffer, canonical && buffer_memo.insert(b.cell.get()));
-      bool dup = false;
-      for (std::size_t k = buf_base; k < buf_scratch_.size(); ++k) dup = dup || node(buf_scratch_[k]).cell == b.cell.get();
-      if (!dup) buf_scratch_.push_back(bid);
+      if (own_buffers.insert(b.cell.get())) buf_scratch_.push_back(bid);
     }
     const auto n_bufs = buf_scratch_.size() - buf_base;
     if (n_bufs) {
@@ -280,9 +307,7 @@ class ModelIndex {
     }
     for (const auto& c : m.child_slots()) {
       const Id cid = add_module(*c.module, id, c.name, canonical, module_memo, param_memo, buffer_memo, depth + 1);
-      bool dup = false;
-      for (std::size_t k = base + n_params; k < scratch_.size(); ++k) dup = dup || node(scratch_[k]).module == c.module.get();
-      if (!dup) scratch_.push_back(cid);
+      if (own_children.insert(c.module.get())) scratch_.push_back(cid);
     }
     Node& n = nodes_[static_cast<std::size_t>(id)];
     n.end = static_cast<Id>(nodes_.size());
@@ -294,12 +319,6 @@ class ModelIndex {
     return id;
   }
 
-  bool seen_cell(std::size_t base, const nn::Parameter* cell) const {
-    for (std::size_t k = base; k < scratch_.size(); ++k) {
-      if (node(scratch_[k]).cell == cell) return true;
-    }
-    return false;
-  }
   std::uint32_t& buffers_begin_of(Id i) { return nodes_[static_cast<std::size_t>(i)].buffers_begin; }
 
   Id add_tensor(const nn::Module& owner, Id parent, std::string_view local, const nn::Parameter* cell, Kind kind,
