@@ -19,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <ranges>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,7 +100,9 @@ inline std::optional<DType> safetensors_dtype(std::string_view s) {
 /// is the file's error, hence FormatError rather than the OverflowError of core/checked.hpp.
 inline std::uint64_t file_tensor_nbytes(const Shape& shape, DType d, const std::string& what) {
   try {
-    (void)checked_numel(shape | std::views::transform([](std::int64_t e) { return std::max<std::int64_t>(e, 1); }), what);
+    Shape at_least_one = shape;
+    for (auto& e : at_least_one) e = std::max<std::int64_t>(e, 1);
+    (void)checked_numel(at_least_one, what);
     return static_cast<std::uint64_t>(checked_nbytes(shape, static_cast<std::int64_t>(itemsize(d)), what));
   } catch (const OverflowError& e) {
     throw FormatError(e.what());
