@@ -2,6 +2,7 @@
 // now decide by it (inspect, load_state_dict, torch .bin).
 #include <catch2/catch.hpp>
 
+#include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
 #include <filesystem>
@@ -26,7 +27,7 @@ namespace {
 
 using accel_test::TempDir;
 
-void write_raw(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+using accel_test::write_raw;
 
 StateDict two_tensors() {
   StateDict sd;

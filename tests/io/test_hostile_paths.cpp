@@ -3,6 +3,7 @@
 // is refused quickly with an error naming the file and the entry; symbolic links keep working.
 #include <catch2/catch.hpp>
 
+#include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
 #include <chrono>
@@ -36,7 +37,7 @@ namespace {
 
 using accel_test::TempDir;
 
-void write_raw(const fs::path& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+using accel_test::write_raw;
 
 /// The error `f` raises: its message, and whether it is one of the types listed.
 struct Raised {

@@ -2,6 +2,7 @@
 // as accelerate/utils/offload.py writes one.
 #include <catch2/catch.hpp>
 
+#include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
 #include <cstdint>
@@ -34,11 +35,7 @@ const fs::path fixture = fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "offloa
 
 using accel_test::TempDir;
 
-std::string read_raw(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  REQUIRE(f.good());
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using accel_test::read_raw;
 
 std::string bytes_of(const Tensor& t) {
   const Tensor c = t.contiguous();

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
 #include <filesystem>
@@ -24,14 +25,8 @@ std::string raw_file(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-void write_raw(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string read_raw(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using accel_test::read_raw;
+using accel_test::write_raw;
 
 // Throws FormatError whose message contains `needle`.
 void require_rejects(const std::string& header, const std::string& data, const std::string& needle) {

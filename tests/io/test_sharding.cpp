@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
 #include <algorithm>
@@ -21,10 +22,7 @@ namespace {
 
 using accel_test::TempDir;
 
-std::string read_raw(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using accel_test::read_raw;
 
 }  // namespace
 

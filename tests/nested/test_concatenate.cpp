@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "arange.hpp"
+
 #include <map>
 #include <optional>
 #include <string>
@@ -17,13 +19,9 @@ using accel::Shape;
 using accel::Tensor;
 
 namespace {
-Tensor arange(std::int64_t n) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i);
-  return Tensor::from_vector(v, Shape{n});
-}
+using accel_test::arange;
 
-struct Batch {  // a reflectable aggregate, the usual C++ batch
+struct IdsBatch {  // a reflectable aggregate, the usual C++ batch
   Tensor ids;
   std::optional<Tensor> labels;
 };
@@ -132,16 +130,16 @@ TEST_CASE("concatenate departures from Accelerate", "[nested]") {
     CHECK_THROWS_AS(accel::concatenate(mixed), accel::DTypeError);
   }
   SECTION("an empty optional in every batch stays empty; a mix is a ShapeError") {
-    std::vector<Batch> parts{{arange(2), std::nullopt}, {arange(3), std::nullopt}};
-    Batch out = accel::concatenate(parts);
+    std::vector<IdsBatch> parts{{arange(2), std::nullopt}, {arange(3), std::nullopt}};
+    IdsBatch out = accel::concatenate(parts);
     CHECK(out.ids.numel() == 5);
     CHECK_FALSE(out.labels.has_value());
     parts[1].labels = arange(1);
     CHECK_THROWS_AS(accel::concatenate(parts), accel::ShapeError);
   }
   SECTION("aggregates are walked, their tensors joined") {
-    std::vector<Batch> parts{{arange(2), arange(2)}, {arange(1), arange(1)}};
-    Batch out = accel::concatenate(parts);
+    std::vector<IdsBatch> parts{{arange(2), arange(2)}, {arange(1), arange(1)}};
+    IdsBatch out = accel::concatenate(parts);
     CHECK(out.ids.to_vector<float>() == std::vector<float>{0, 1, 0});
     CHECK(out.labels->numel() == 3);
   }

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "arange.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <list>
@@ -20,11 +22,7 @@ using accel::Tensor;
 namespace nested = accel::nested;
 
 namespace {
-Tensor arange(std::int64_t n, Shape shape = {}) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i);
-  return Tensor::from_vector(v, shape.empty() ? Shape{n} : shape);
-}
+using accel_test::arange;
 
 struct Movable {  // a user leaf with its own to(Device)
   int moved_to = -1;

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "conformance_spec.hpp"
+
 #include <string>
 
 #include "accel/nn/spec.hpp"
@@ -10,9 +12,7 @@ using namespace accel;
 using plan::MaxMemory;
 
 namespace {
-std::shared_ptr<nn::Module> spec(const char* name) {
-  return nn::module_from_spec_file(std::string(ACCEL_SHARED_DIR) + "/conformance/accelerate/specs/" + name + ".json");
-}
+using accel_test::spec;
 }  // namespace
 
 TEST_CASE("get_balanced_memory spreads the model over the GPUs", "[plan][balanced]") {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "conformance_spec.hpp"
+
 #include <chrono>
 #include <sstream>
 #include <string>
@@ -14,9 +16,7 @@ using namespace accel;
 using plan::MaxMemory;
 
 namespace {
-std::shared_ptr<nn::Module> spec(const char* name) {
-  return nn::module_from_spec_file(std::string(ACCEL_SHARED_DIR) + "/conformance/accelerate/specs/" + name + ".json");
-}
+using accel_test::spec;
 std::string dump(const DeviceMap& dm) { return plan::to_ordered_json(dm).dump(); }
 MaxMemory gpus(std::initializer_list<std::int64_t> budgets) {
   MaxMemory mm;

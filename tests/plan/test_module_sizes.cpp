@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "conformance_spec.hpp"
+
 #include <string>
 
 #include "accel/nn/spec.hpp"
@@ -11,9 +13,7 @@
 using namespace accel;
 
 namespace {
-std::shared_ptr<nn::Module> spec(const char* name) {
-  return nn::module_from_spec_file(std::string(ACCEL_SHARED_DIR) + "/conformance/accelerate/specs/" + name + ".json");
-}
+using accel_test::spec;
 }  // namespace
 
 TEST_CASE("compute_module_sizes keys and sizes match Accelerate on ModelForTest", "[plan][sizes]") {

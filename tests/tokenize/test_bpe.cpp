@@ -22,9 +22,9 @@ using Ids = std::vector<TokenId>;
 
 namespace {
 
-const std::string source = "bpe-test.json";
+const std::string bpe_source = "bpe-test.json";
 
-BpeModel model_of(const json& j) { return BpeModel::from_json(JsonNode(j, "model", source)); }
+BpeModel model_of(const json& j) { return BpeModel::from_json(JsonNode(j, "model", bpe_source)); }
 
 Ids encode(const BpeModel& m, std::string_view word) {
   Ids out;
@@ -156,7 +156,7 @@ TEST_CASE("bpe: ignore_merges takes whole-word tokens directly", "[tokenize][bpe
 TEST_CASE("bpe: malformed models are FormatErrors naming the file and the key", "[tokenize][bpe]") {
   const json vocab = {{"a", 0}, {"b", 1}, {"ab", 2}};
   using Catch::Contains;
-  CHECK_THROWS_WITH(model_of(bpe(vocab, {"a b", "a c"})), Contains(source) && Contains("model.merges[1]") && Contains("'c'"));
+  CHECK_THROWS_WITH(model_of(bpe(vocab, {"a b", "a c"})), Contains(bpe_source) && Contains("model.merges[1]") && Contains("'c'"));
   CHECK_THROWS_WITH(model_of(bpe(vocab, {"b a"})), Contains("model.merges[0]") && Contains("'ba'"));
   CHECK_THROWS_WITH(model_of(bpe(vocab, {"a  b"})), Contains("model.merges[0]"));
   CHECK_THROWS_WITH(model_of(bpe(vocab, {42})), Contains("model.merges[0]"));

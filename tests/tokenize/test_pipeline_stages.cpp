@@ -19,12 +19,12 @@ using Strings = std::vector<std::string>;
 
 namespace {
 
-const std::string source = "stages.json";
+const std::string stages_source = "stages.json";
 const std::string ms = "\xE2\x96\x81";
 
 Strings words(const json& pre, std::string_view text, bool at_start = true) {
   std::vector<PreToken> out;
-  PreTokenizer::from_json(JsonNode(pre, "pre_tokenizer", source)).apply(text, at_start, out);
+  PreTokenizer::from_json(JsonNode(pre, "pre_tokenizer", stages_source)).apply(text, at_start, out);
   Strings s;
   for (auto& w : out) s.push_back(w.text);
   return s;
@@ -36,7 +36,7 @@ json split(const std::string& literal, const std::string& behavior, bool invert 
 
 std::string decode(const json& decoder, Strings tokens) {
   if (decoder.is_null()) return Decoder::from_json(std::nullopt).apply(std::move(tokens));
-  return Decoder::from_json(JsonNode(decoder, "decoder", source)).apply(std::move(tokens));
+  return Decoder::from_json(JsonNode(decoder, "decoder", stages_source)).apply(std::move(tokens));
 }
 
 }  // namespace
@@ -92,12 +92,12 @@ TEST_CASE("normalizers: Prepend, Replace, Strip and their order", "[tokenize][st
                       {"normalizers",
                        {{{"type", "Prepend"}, {"prepend", ms}},
                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", ms}}}}};
-  const Normalizer n = Normalizer::from_json(JsonNode(llama, "normalizer", source));
+  const Normalizer n = Normalizer::from_json(JsonNode(llama, "normalizer", stages_source));
   CHECK(n.apply("Hello world") == ms + "Hello" + ms + "world");
   CHECK(n.apply(" ") == ms + ms);
   CHECK(n.apply("").empty());
   const json strip = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}};
-  CHECK(Normalizer::from_json(JsonNode(strip, "normalizer", source)).apply(" \t x \n") == "x \n");
+  CHECK(Normalizer::from_json(JsonNode(strip, "normalizer", stages_source)).apply(" \t x \n") == "x \n");
   CHECK(Normalizer::from_json(std::nullopt).empty());
   CHECK(replace_all("aaa", "aa", "b") == "ba");
 }
@@ -126,7 +126,7 @@ TEST_CASE("post-processors: templates, roberta, sequences", "[tokenize][stages]"
                         {"special_tokens",
                          {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}},
                           {"</s>", {{"id", "</s>"}, {"ids", {2}}, {"tokens", {"</s>"}}}}}}};
-  const PostProcessor p = PostProcessor::from_json(JsonNode(bos_eos, "post_processor", source));
+  const PostProcessor p = PostProcessor::from_json(JsonNode(bos_eos, "post_processor", stages_source));
   CHECK(p.prefix() == std::vector<TokenId>{1});
   CHECK(p.suffix() == std::vector<TokenId>{2});
   const json seq = {{"type", "Sequence"},
@@ -134,7 +134,7 @@ TEST_CASE("post-processors: templates, roberta, sequences", "[tokenize][stages]"
                      {{{"type", "ByteLevel"}},
                       bos_eos,
                       {{"type", "RobertaProcessing"}, {"cls", {"<c>", 7}}, {"sep", {"<e>", 8}}}}}};
-  const PostProcessor q = PostProcessor::from_json(JsonNode(seq, "post_processor", source));
+  const PostProcessor q = PostProcessor::from_json(JsonNode(seq, "post_processor", stages_source));
   CHECK(q.prefix() == std::vector<TokenId>{7, 1});  // the later processor wraps the earlier one
   CHECK(q.suffix() == std::vector<TokenId>{2, 8});
   CHECK(PostProcessor::from_json(std::nullopt).prefix().empty());
