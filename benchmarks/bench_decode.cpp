@@ -12,7 +12,8 @@
 // llama.cpp rows say "not measured here".
 // Decoding reads every weight but the embedding once per token: the achieved weight-read rate is
 // those bytes x tokens/s, printed next to a 2-thread read of a 1 GiB buffer (the bound) and a
-// 2-thread memcpy of it, both measured between the repetitions. Medians of the repetitions.
+// 2-thread memcpy of it, both measured between the repetitions, in blocks from the allocator that
+// holds the weights. Medians of the repetitions.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,7 +61,7 @@ void fill_random(accel::Tensor& t, std::uint64_t seed) {
 }
 
 /// GB/s of a read (sum) of `buf` on every thread: a plain reduction the compiler vectorizes.
-double read_rate(const std::vector<std::uint64_t>& buf) {
+double read_rate(std::span<const std::uint64_t> buf) {
   const auto t0 = clock_type::now();
   const std::size_t threads = static_cast<std::size_t>(std::max(1, accel::num_threads()));
   std::vector<std::uint64_t> partial(threads, 0);
@@ -77,7 +79,7 @@ double read_rate(const std::vector<std::uint64_t>& buf) {
 }
 
 /// GB/s (copied bytes) of a 2-thread memcpy of `src` into `dst`.
-double memcpy_rate(const std::vector<std::uint64_t>& src, std::vector<std::uint64_t>& dst) {
+double memcpy_rate(std::span<const std::uint64_t> src, std::span<std::uint64_t> dst) {
   const auto t0 = clock_type::now();
   const std::size_t per_thread = src.size() / static_cast<std::size_t>(std::max(1, accel::num_threads()));
   accel::parallel_for(src.size(), per_thread, [&](std::size_t b, std::size_t e) {
@@ -173,8 +175,15 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> prompt(static_cast<std::size_t>(a.prompt));
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int64_t>((i * 7919) % static_cast<std::size_t>(a.vocab));
   const accel::Tensor ids = accel::Tensor::from_vector(prompt, accel::Shape{1, a.prompt});
-  const std::vector<std::uint64_t> src((std::size_t{1} << 30) / sizeof(std::uint64_t), 1);
-  std::vector<std::uint64_t> dst(src.size(), 0);
+  // The bound's buffers come from the allocator that holds the weights, so both are read through
+  // the same kind of pages (huge pages where the kernel grants them).
+  const std::size_t words = (std::size_t{1} << 30) / sizeof(std::uint64_t);
+  const accel::Storage src_block = accel::Storage::allocate(accel::Device::cpu(), words * sizeof(std::uint64_t));
+  const accel::Storage dst_block = accel::Storage::allocate(accel::Device::cpu(), words * sizeof(std::uint64_t));
+  const std::span<std::uint64_t> src(reinterpret_cast<std::uint64_t*>(src_block.data()), words);
+  const std::span<std::uint64_t> dst(reinterpret_cast<std::uint64_t*>(dst_block.data()), words);
+  std::fill(src.begin(), src.end(), std::uint64_t{1});
+  std::fill(dst.begin(), dst.end(), std::uint64_t{0});
 
   std::vector<double> pp, tg, rd, cp;
   std::vector<std::vector<double>> ref_pp(a.ggufs.size()), ref_tg(a.ggufs.size());

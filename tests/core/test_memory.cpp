@@ -2,6 +2,7 @@
 // budget turns an over-large allocation into OutOfMemoryError carrying device and size.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -124,4 +125,48 @@ TEST_CASE("memory-mapped regions are zero-copy and keep the mapping alive") {
   REQUIRE(memory_stats(Device::cpu()).mapped_bytes == before.mapped_bytes);
   std::remove(path.c_str());
   REQUIRE_THROWS_AS(MappedFile::open("/nonexistent/accel.bin"), IOError);
+}
+
+namespace {
+/// The kernel's THP mode ("always", "madvise", "never"), empty where THP does not exist.
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const auto open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos ? "" : line.substr(open + 1, close - open - 1);
+}
+
+/// AnonHugePages (bytes) of the mappings that overlap [p, p + n), from /proc/self/smaps (the
+/// advice splits a block's mapping in up to three).
+std::size_t anon_huge_bytes_in(const void* p, std::size_t n) {
+  std::ifstream f("/proc/self/smaps");
+  const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + n;
+  bool overlaps = false;
+  std::size_t total = 0;
+  std::string line;
+  while (std::getline(f, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      overlaps = lo < end && hi > begin;
+      continue;
+    }
+    unsigned long kb = 0;
+    if (overlaps && std::sscanf(line.c_str(), "AnonHugePages: %lu kB", &kb) == 1) total += kb * 1024;
+  }
+  return total;
+}
+}  // namespace
+
+TEST_CASE("large host blocks ask for transparent huge pages before their first touch") {
+  const std::string mode = thp_mode();
+  if (mode != "always" && mode != "madvise") {
+    WARN("transparent huge pages are '" << mode << "' here: nothing to check");
+    return;
+  }
+  auto t = accel::Tensor::zeros({16 << 20}, accel::DType::f32);  // 64 MiB, touched by the fill
+  const std::size_t huge = anon_huge_bytes_in(t.data_ptr(), t.nbytes());
+  INFO("THP mode " << mode << ", AnonHugePages " << huge << " bytes of 64 MiB");
+  // The kernel may find no free 2 MiB frame for some of them; most of the block must be huge.
+  CHECK(huge >= (std::size_t{32} << 20));
 }
