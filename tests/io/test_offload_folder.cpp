@@ -5,6 +5,7 @@
 #include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -318,4 +319,36 @@ TEST_CASE("offload folders round-trip every dtype bit for bit, 0-d tensors inclu
     }
     CHECK(back.at(s).dim() == 0);
   }
+}
+
+TEST_CASE("OffloadIndexMap keeps the dict's order and fills 100,000 entries in linear time", "[io][offload][hostile]") {
+  OffloadIndexMap ix;
+  ix.set("b", {{"dtype", "float32"}, {"shape", {1}}});
+  ix.set("a", {{"dtype", "float32"}, {"shape", {2}}});
+  ix.set("b", {{"dtype", "float16"}, {"shape", {3}}});  // an update keeps b first, as dict[k] = v does
+  REQUIRE(ix.size() == 2);
+  CHECK(ix.index().begin().key() == "b");
+  CHECK((*ix.find("b"))["dtype"] == "float16");
+  CHECK(ix.find("c") == nullptr);
+  CHECK(ix.contains("a"));
+
+  OffloadIndexMap from_file(read_offload_index(fixture.string()));
+  CHECK(from_file.index() == read_offload_index(fixture.string()));
+  CHECK((*from_file.find("proj.weight"))["dtype"] == "float32");
+  CHECK(OffloadIndexMap(OffloadIndex()).empty());  // a null index is an empty one
+  CHECK_THROWS_AS(OffloadIndexMap(OffloadIndex::array()), ValueError);
+
+  // ordered_json's operator[] scans every key: 91,000 inserts that way take about 25 s.
+  constexpr int n = 100'000;
+  const auto start = std::chrono::steady_clock::now();
+  OffloadIndexMap big;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "model.layers." + std::to_string(i / 800) + ".mlp.experts." + std::to_string(i % 800) + ".weight";
+    big.set(name, {{"dtype", "bfloat16"}, {"shape", {4}}});
+  }
+  const OffloadIndex plain = std::move(big).release();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(plain.size() == n);
+  CHECK(plain.back()["dtype"] == "bfloat16");
+  CHECK(seconds < 5.0);
 }

@@ -169,8 +169,9 @@ class CheckpointLoader {
 
   /// Saves the offload index, loads back the parked CPU weights and lists the missing keys.
   LoadResult finish(std::vector<std::string> files) {
+    result_.offload_index = std::move(offload_index_).release();
     if (o_.offload_folder) io::save_offload_index(result_.offload_index, *o_.offload_folder);
-    if (state_dict_folder_) io::load_offloaded_weights(model_, state_dict_index_, state_dict_folder_->path());
+    if (state_dict_folder_) io::load_offloaded_weights(model_, state_dict_index_.index(), state_dict_folder_->path());
     for (const auto& name : order_) {
       if (!loaded_.count(cells_.at(name).get())) result_.missing_keys.push_back(name);
     }
@@ -207,10 +208,10 @@ class CheckpointLoader {
     if (to_disk) {
       park_on_meta(cell, value, target);
       if (safetensors_path) {
-        result_.offload_index[name] = {
-            {"safetensors_file", *safetensors_path}, {"weight_name", name}, {"dtype", std::string(dtype_name(target))}};
+        offload_index_.set(name, {{"safetensors_file", *safetensors_path}, {"weight_name", name},
+                                  {"dtype", std::string(dtype_name(target))}});
       } else {
-        io::offload_weight(value.to(Device::cpu(), target), name, *o_.offload_folder, &result_.offload_index);
+        io::offload_weight(value.to(Device::cpu(), target), name, *o_.offload_folder, offload_index_);
       }
       return;
     }
@@ -218,7 +219,7 @@ class CheckpointLoader {
     if (materialised_.count(cell)) return;  // a tied name already filled this cell
     if (device.is_cpu() && state_dict_folder_) {
       park_on_meta(cell, value, target);
-      io::offload_weight(value.to(Device::cpu(), target), name, state_dict_folder_->path(), &state_dict_index_);
+      io::offload_weight(value.to(Device::cpu(), target), name, state_dict_folder_->path(), state_dict_index_);
       return;
     }
     nn::set_module_tensor_to_device(model_, name, device, value, new_dtype);
@@ -244,7 +245,7 @@ class CheckpointLoader {
   std::unordered_set<const nn::Parameter*> loaded_, materialised_;
   std::unordered_set<std::string> unexpected_seen_;
   std::optional<TempFolder> state_dict_folder_;
-  io::OffloadIndex state_dict_index_ = io::OffloadIndex::object();
+  io::OffloadIndexMap offload_index_, state_dict_index_;
   LoadResult result_;
 };
 

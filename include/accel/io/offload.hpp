@@ -48,6 +48,7 @@
 #include "accel/io/checkpoint_limits.hpp"
 #include "accel/io/confined_path.hpp"
 #include "accel/io/file_names.hpp"
+#include "accel/io/offload_index_map.hpp"
 #include "accel/core/regular_file.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/state_dict.hpp"
@@ -55,9 +56,6 @@
 #include "accel/nn/set_tensor.hpp"
 
 namespace accel::io {
-
-/// The offload index: name -> entry, insertion-ordered like the Python dict it mirrors.
-using OffloadIndex = nlohmann::ordered_json;
 
 /// numpy's name for `d` as Accelerate records it ("float32", "bfloat16" for the int16-stored
 /// bf16). fp8 has no numpy type: its torch name is recorded (Accelerate cannot offload fp8).
@@ -162,24 +160,38 @@ inline OffloadIndex read_offload_index(const std::string& folder) {
   return parse_offload_index(read_small_file(path), path);
 }
 
-/// Writes `weight` to `<folder>/<name>.dat` (C order, raw little-endian bytes) and, when `index`
-/// is given, records {"dtype", "shape"} in it. Returns `index`. A name whose file would leave the
-/// folder is a FormatError, as it is when read back.
-inline OffloadIndex* offload_weight(const Tensor& weight, const std::string& name, const std::string& folder,
-                                    OffloadIndex* index = nullptr) {
+namespace detail {
+/// Writes `weight` to `<folder>/<name>.dat` and returns its index entry {"dtype", "shape"}.
+inline nlohmann::ordered_json write_offload_dat(const Tensor& weight, const std::string& name, const std::string& folder) {
   if (!weight.defined() || weight.is_meta()) throw ValueError("offload_weight: tensor '" + name + "' has no data");
   const std::filesystem::path file =
       offload_entry_path(folder, name, nlohmann::ordered_json::object(),
                          (std::filesystem::path(folder) / offload_index_name).string());
   const Tensor host = (weight.is_cpu() && weight.is_contiguous()) ? weight : weight.to(Device::cpu()).contiguous();
-  if (index) {
-    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
-    for (auto e : host.shape()) shape.push_back(static_cast<std::uint64_t>(e));
-    (*index)[name] = {{"dtype", offload_dtype_name(weight.dtype())}, {"shape", shape}};
-  }
   AtomicFile f(file.string());
   f.write(host.data_ptr(), host.nbytes());
   f.commit();
+  nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+  for (auto e : host.shape()) shape.push_back(static_cast<std::uint64_t>(e));
+  return {{"dtype", offload_dtype_name(weight.dtype())}, {"shape", std::move(shape)}};
+}
+}  // namespace detail
+
+/// Writes `weight` to `<folder>/<name>.dat` (C order, raw little-endian bytes) and, when `index`
+/// is given, records {"dtype", "shape"} in it. Returns `index`. A name whose file would leave the
+/// folder is a FormatError, as it is when read back. Each call looks `name` up in `index` key by
+/// key (ordered_json); to offload many weights, pass an OffloadIndexMap instead.
+inline OffloadIndex* offload_weight(const Tensor& weight, const std::string& name, const std::string& folder,
+                                    OffloadIndex* index = nullptr) {
+  auto entry = detail::write_offload_dat(weight, name, folder);
+  if (index) (*index)[name] = std::move(entry);
+  return index;
+}
+
+/// offload_weight recording the entry in `index` in O(log n).
+inline OffloadIndexMap& offload_weight(const Tensor& weight, const std::string& name, const std::string& folder,
+                                       OffloadIndexMap& index) {
+  index.set(name, detail::write_offload_dat(weight, name, folder));
   return index;
 }
 
@@ -191,29 +203,18 @@ inline std::string offload_index_json(const OffloadIndex& index) { return index.
 inline void save_offload_index(const OffloadIndex& index, const std::string& folder) {
   if (index.is_null() || index.empty()) return;
   const auto path = std::filesystem::path(folder) / offload_index_name;
-  OffloadIndex current = OffloadIndex::object();
-  if (std::filesystem::is_regular_file(path)) current = parse_offload_index(read_small_file(path.string()), path.string());
-  // Merged through a name -> position map: current[k] would compare k with every existing key.
-  auto& merged = current.get_ref<OffloadIndex::object_t&>();
-  std::map<std::string, std::size_t, std::less<>> position;
-  for (std::size_t i = 0; i < merged.size(); ++i) position.emplace(merged.begin()[i].first, i);
-  for (const auto& [k, v] : index.items()) {
-    if (auto it = position.find(k); it != position.end()) {
-      merged.begin()[it->second].second = v;
-    } else {
-      position.emplace(k, merged.size());
-      merged.emplace_back(k, v);
-    }
-  }
-  write_file_atomic(path.string(), offload_index_json(current));
+  OffloadIndexMap merged;
+  if (std::filesystem::is_regular_file(path)) merged = OffloadIndexMap(parse_offload_index(read_small_file(path.string()), path.string()));
+  for (const auto& [k, v] : index.items()) merged.set(k, v);
+  write_file_atomic(path.string(), offload_index_json(merged.index()));
 }
 
 /// Offloads every tensor of `state_dict` into `folder` (created if needed) and saves the index.
 inline void offload_state_dict(const std::string& folder, const StateDict& state_dict) {
   std::filesystem::create_directories(folder);
-  OffloadIndex index = OffloadIndex::object();
-  for (const auto& [name, t] : state_dict) offload_weight(t, name, folder, &index);
-  save_offload_index(index, folder);
+  OffloadIndexMap index;
+  for (const auto& [name, t] : state_dict) offload_weight(t, name, folder, index);
+  save_offload_index(index.index(), folder);
 }
 
 /// Maps `weight_file` and views it as the tensor `info` describes (no copy). The file must be a
@@ -283,18 +284,13 @@ class OffloadedWeightsLoader {
     if (index) {
       source_ = "<index argument>";
       validate_offload_index(*index, source_);
-      index_ = std::move(*index);
+      index_ = OffloadIndexMap(std::move(*index));
     } else if (folder_) {
       source_ = (std::filesystem::path(*folder_) / offload_index_name).string();
-      index_ = read_offload_index(*folder_);
-    } else {
-      index_ = OffloadIndex::object();
+      index_ = OffloadIndexMap(read_offload_index(*folder_));
     }
     keys_ = state_.keys();
-    const auto& entries = index_.get_ref<const OffloadIndex::object_t&>();
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const std::string& k = entries.begin()[i].first;
-      entry_of_.emplace(k, i);
+    for (const auto& [k, entry] : index_.index().items()) {
       if (!state_.contains(k)) keys_.push_back(k);
     }
   }
@@ -302,16 +298,16 @@ class OffloadedWeightsLoader {
   /// State-dict names first, then index names not already present.
   const std::vector<std::string>& keys() const noexcept { return keys_; }
   std::size_t size() const noexcept { return keys_.size(); }
-  bool contains(std::string_view key) const { return state_.contains(key) || entry_of_.contains(key); }
-  const OffloadIndex& index() const noexcept { return index_; }
+  bool contains(std::string_view key) const { return state_.contains(key) || index_.contains(key); }
+  const OffloadIndex& index() const noexcept { return index_.index(); }
 
   /// The weight `key` (on `device` when one was given); KeyError when unknown.
   Tensor at(std::string_view key) const {
     if (state_.contains(key)) return state_.at(key);
     const std::string k(key);
-    const auto at = entry_of_.find(k);
-    if (at == entry_of_.end()) throw KeyError("offloaded weights have no entry named '" + k + "'");
-    const auto& info = index_.get_ref<const OffloadIndex::object_t&>().begin()[at->second].second;
+    const nlohmann::ordered_json* found = index_.find(k);
+    if (!found) throw KeyError("offloaded weights have no entry named '" + k + "'");
+    const auto& info = *found;
     const std::filesystem::path file = offload_entry_path(folder_.value_or(""), k, info, source_);
     if (is_safetensors_entry(info)) {
       const SafetensorsFile& f = safetensors(file.string());
@@ -336,9 +332,7 @@ class OffloadedWeightsLoader {
   StateDict state_;
   std::optional<std::string> folder_;
   std::string source_;  // names the index in errors
-  OffloadIndex index_;
-  // Name -> position in index_: an ordered_json lookup compares the name with every key.
-  std::map<std::string, std::size_t, std::less<>> entry_of_;
+  OffloadIndexMap index_;
   std::optional<Device> device_;
   std::vector<std::string> keys_;
   std::shared_ptr<std::mutex> mutex_ = std::make_shared<std::mutex>();
