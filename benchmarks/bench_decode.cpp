@@ -3,13 +3,17 @@
 //
 //   bench_decode [--dtype bfloat16|float16|float32] [--layers 8] [--embd 2048] [--ff 5632]
 //                [--heads 32] [--kv-heads 4] [--vocab 32000] [--prompt 64] [--decode 32] [--reps 5]
-//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]]
+//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]] [--folder DIR]
 //
 // The default shape is the one of llama.cpp's CPU anchor (../shared/anchors: 483M parameters,
 // untied head; make_bench_model.py writes it as GGUF). With --llama-bench, llama.cpp's llama-bench
 // runs on each --gguf model (pp64 and tg32 at 2 threads, one repetition) between accel's
 // repetitions, so both are measured in the same run under the same conditions; without it the
 // llama.cpp rows say "not measured here".
+// With --folder, the model is also saved there as a Hugging Face folder (config.json +
+// model.safetensors) and loaded back twice with load_pretrained_causal_lm, as `accel run` loads
+// it: weights left as views of the mapped file (the default) and copied (disable_mmap). Both
+// decode in every repetition, beside the model built in memory.
 // Decoding reads every weight but the embedding once per token: the achieved weight-read rate is
 // those bytes x tokens/s, printed next to a 2-thread read of a 1 GiB buffer (the bound) and a
 // 2-thread memcpy of it, both measured between the repetitions, in blocks from the allocator that
@@ -20,6 +24,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +36,8 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/parallel.hpp"
+#include "accel/dispatch/load_pretrained.hpp"
+#include "accel/io/safetensors_write.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/models/llama.hpp"
 
@@ -73,7 +81,7 @@ double read_rate(std::span<const std::uint64_t> buf) {
   std::uint64_t total = 0;
   for (auto v : partial) total += v;
   const double secs = seconds_since(t0);
-  static volatile std::uint64_t sink;
+  [[maybe_unused]] static volatile std::uint64_t sink;
   sink = total;
   return static_cast<double>(buf.size() * sizeof(std::uint64_t)) / secs / 1e9;
 }
@@ -94,6 +102,7 @@ struct Args {
   int reps = 5;
   std::string llama_bench;
   std::vector<std::string> ggufs;
+  std::string folder;
 };
 
 /// One llama-bench run (pp and tg, one repetition) on `gguf`: {pp tokens/s, tg tokens/s}.
@@ -141,6 +150,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--reps") a.reps = std::stoi(v);
     else if (k == "--llama-bench") a.llama_bench = v;
     else if (k == "--gguf") a.ggufs.push_back(v);
+    else if (k == "--folder") a.folder = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -172,6 +182,30 @@ int main(int argc, char** argv) {
               static_cast<double>(params) / 1e6, std::string(accel::dtype_name(a.dtype)).c_str(),
               static_cast<double>(streamed_bytes) / 1e6);
 
+  // The same weights as `accel run` would load them: mapped, then copied.
+  struct Loaded {
+    const char* label;
+    std::shared_ptr<accel::models::CausalLM> model;
+    double load_seconds;
+    std::vector<double> tg;
+  };
+  std::vector<Loaded> loaded;
+  if (!a.folder.empty()) {
+    std::filesystem::create_directories(a.folder);
+    accel::io::save_file(lm->state_dict(), a.folder + "/model.safetensors", {{"format", "pt"}});
+    const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                                   {"vocab_size", a.vocab}, {"hidden_size", a.embd}, {"intermediate_size", a.ff},
+                                   {"num_hidden_layers", a.layers}, {"num_attention_heads", a.heads},
+                                   {"num_key_value_heads", a.kv_heads}, {"max_position_embeddings", 4096},
+                                   {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false},
+                                   {"torch_dtype", std::string(accel::dtype_name(a.dtype))}, {"hidden_act", "silu"}};
+    std::ofstream(a.folder + "/config.json") << config.dump(2);
+    for (const bool copy : {false, true}) {
+      auto p = accel::dispatch::load_pretrained_causal_lm(a.folder, {.show_progress = false, .disable_mmap = copy});
+      loaded.push_back({copy ? "loaded, copied (disable_mmap)" : "loaded, mapped (default)", p.model, p.load_seconds, {}});
+    }
+  }
+
   std::vector<std::int64_t> prompt(static_cast<std::size_t>(a.prompt));
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int64_t>((i * 7919) % static_cast<std::size_t>(a.vocab));
   const accel::Tensor ids = accel::Tensor::from_vector(prompt, accel::Shape{1, a.prompt});
@@ -190,12 +224,14 @@ int main(int argc, char** argv) {
   const bool with_llamacpp = !a.llama_bench.empty() && !a.ggufs.empty();
   accel::models::GenerationConfig g{.max_new_tokens = a.decode + 1, .ignore_eos = true};
   (void)accel::models::generate(*lm, ids, {.max_new_tokens = 2, .ignore_eos = true});  // warm up
+  for (auto& l : loaded) (void)accel::models::generate(*l.model, ids, {.max_new_tokens = 2, .ignore_eos = true});
   for (int r = 0; r < a.reps; ++r) {
     rd.push_back(read_rate(src));
     const auto out = accel::models::generate(*lm, ids, g);
     pp.push_back(static_cast<double>(a.prompt) / out.prefill_seconds);
     tg.push_back(out.tokens_per_second());
     cp.push_back(memcpy_rate(src, dst));
+    for (auto& l : loaded) l.tg.push_back(accel::models::generate(*l.model, ids, g).tokens_per_second());
     for (std::size_t m = 0; with_llamacpp && m < a.ggufs.size(); ++m) {
       if (const auto r = run_llama_bench(a, a.ggufs[m])) {
         ref_pp[m].push_back(r->first);
@@ -212,6 +248,15 @@ int main(int argc, char** argv) {
   std::printf("bound: 2-thread read %.1f GB/s -> %.1f tokens/s; decode at %.0f%% of it\n", rd_m,
               rd_m * 1e9 / static_cast<double>(streamed_bytes), 100.0 * achieved / rd_m);
   std::printf("memcpy 2 threads %.1f GB/s copied (decode reads at %.0f%% of that rate)\n", cp_m, 100.0 * achieved / cp_m);
+  for (const auto& l : loaded) {
+    const double t = median(l.tg);
+    std::printf("decode, %-30s %5.1f tokens/s (%.2fx the model built in memory), load %.2f s", l.label, t, t / tg_m,
+                l.load_seconds);
+    for (std::size_t m = 0; with_llamacpp && m < a.ggufs.size(); ++m) {
+      if (!ref_tg[m].empty()) std::printf(", %.2fx llama.cpp %s", t / median(ref_tg[m]), a.ggufs[m].c_str());
+    }
+    std::printf("\n");
+  }
   if (!with_llamacpp) {
     std::printf("llama.cpp: not measured here (give --llama-bench PATH --gguf MODEL.gguf to run it side by side)\n");
   }

@@ -1,5 +1,6 @@
 // accel run MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--max-new-tokens N] [--temperature T]
-//           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--json]
+//           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--disable-mmap]
+//           [--json]
 //
 // Loads a Hugging Face model folder (config.json + model.safetensors, a sharded index or
 // pytorch_model.bin, + tokenizer.json for --prompt) and generates: greedy unless a sampling
@@ -38,6 +39,7 @@ struct RunRequest {
   std::vector<std::int64_t> ids;
   std::optional<DType> dtype;
   models::GenerationConfig generation;
+  bool disable_mmap = false;
   bool json = false;
 };
 
@@ -87,6 +89,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
     }
     r.dtype = d;
   }
+  r.disable_mmap = args.flag("--disable-mmap");
   r.json = args.flag("--json");
   return r;
 }
@@ -102,7 +105,7 @@ inline RunResult compute_run(const RunRequest& req) {
     throw IOError((req.model_dir / "tokenizer.json").string() + ": not found (--prompt needs the model's tokenizer; "
                   "give --ids instead)");
   }
-  auto p = dispatch::load_pretrained_causal_lm(req.model_dir, {.dtype = req.dtype, .show_progress = !req.json});
+  auto p = dispatch::load_pretrained_causal_lm(req.model_dir, {.dtype = req.dtype, .show_progress = !req.json, .disable_mmap = req.disable_mmap});
   out.model_type = p.model->info().model_type;
   out.dtype = p.dtype;
   out.load_s = p.load_seconds;
@@ -190,6 +193,9 @@ inline Command run_command() {
                   {.name = "--seed", .placeholder = "S", .help = "seed of the sampler (reproducible output)"},
                   {.name = "--dtype", .placeholder = "DTYPE",
                    .help = "float32, float16 or bfloat16 (default: config.json's torch_dtype)"},
+                  {.name = "--disable-mmap",
+                   .help = "copy the weights into memory instead of viewing the mapped checkpoint:\n"
+                           "about 7% faster decoding, about 1 s more load time per GB"},
                   {.name = "--json", .help = "one JSON object: prompt_ids, generated_ids, text, load_s, ttft_s, tokens_per_s"}},
       .details = "Greedy decoding unless --temperature, --top-k or --top-p asks for sampling; generation stops\n"
                  "at the model's eos token. Timings: load_s builds and loads the model, ttft_s is the prompt's\n"

@@ -62,6 +62,11 @@ def dtypes(accel, models):
                for seed in (5, 5, 6)]
     check(sampled[0] == sampled[1], "the same seed samples the same tokens")
     check(sampled[0] != sampled[2], "another seed samples other tokens")
+    greedy = json.loads((folder / "reference.json").read_text())
+    greedy = greedy.get("greedy_new_tokens_cached", greedy["greedy_new_tokens"])
+    copied = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", len(greedy), "--disable-mmap", "--json"),
+                     "--disable-mmap")
+    check(copied.get("generated_ids") == greedy, f"--disable-mmap: {copied.get('generated_ids')} != {greedy}")
     text = run(accel, folder, "--ids", ids, "--max-new-tokens", 4)
     check(text.returncode == 0 and "tokens/s" in text.stdout and "time to first token" in text.stdout,
           f"text output shows timings: {text.stdout!r}")

@@ -602,3 +602,29 @@ TEST_CASE("offloading 30,000 tensors to disk records the index in linear time", 
   CHECK(loader.at("t29999").to_vector<float>() == std::vector<float>{29999.0f});
   CHECK(seconds < 5.0);
 }
+
+TEST_CASE("disable_mmap gives loaded cpu weights memory of their own", "[io][load_checkpoint]") {
+  TempDir dir;
+  const StateDict ckpt = make_checkpoint(DType::f32, /*with_head=*/false);
+  save_file(ckpt, dir.file("model.safetensors"));
+  for (const bool disable : {false, true}) {
+    INFO("disable_mmap " << disable);
+    auto model = make_model(/*tie=*/true);
+    const LoadResult r = load_checkpoint_in_model(*model, dir.str(), {.disable_mmap = disable});
+    CHECK(r.missing_keys.empty());
+    require_loaded(*model, ckpt);
+    for (const auto& [name, t] : model->state_dict()) {
+      INFO(name);
+      CHECK((t.storage().kind() == MemoryKind::mapped) == !disable);
+    }
+    CHECK(model->get_tensor("head.weight").data_ptr() == model->get_tensor("embed.weight").data_ptr());
+  }
+  // A converted weight has memory of its own either way; a disk weight stays on meta.
+  auto model = make_model();
+  TempDir offload;
+  load_checkpoint_in_model(*model, dir.str(), {.device_map = map_with_disk_layer(), .offload_folder = offload.str(),
+                                               .dtype = DType::f16, .disable_mmap = true});
+  CHECK(model->get_tensor("layers.1.weight").is_meta());
+  CHECK(model->get_tensor("layers.0.weight").dtype() == DType::f16);
+  CHECK(model->get_tensor("position_ids").storage().kind() != MemoryKind::mapped);
+}

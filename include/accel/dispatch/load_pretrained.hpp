@@ -43,6 +43,9 @@ struct LoadPretrainedOptions {
   std::optional<DType> dtype{};
   /// A progress bar over several shards when stderr is a terminal.
   bool show_progress = true;
+  /// Weights in memory of their own rather than views of the mapped checkpoint: faster decoding,
+  /// slower loading (LoadCheckpointOptions::disable_mmap).
+  bool disable_mmap = false;
 };
 
 /// A loaded model and what loading it took.
@@ -93,6 +96,7 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
   LoadCheckpointOptions lo;
   lo.dtype = out.dtype;
   lo.show_progress = options.show_progress;
+  lo.disable_mmap = options.disable_mmap;
   out.load = load_checkpoint_in_model(root, checkpoint, lo);
   // A base-model checkpoint: every key lacks the base prefix; load it again into the base module.
   const std::string base = out.model->info().model_type == "gpt2" ? "transformer" : "model";
