@@ -1,6 +1,9 @@
+#include <chrono>
 #include <sstream>
+#include <string>
 #include <catch2/catch.hpp>
 
+#include "accel/nn/init.hpp"
 #include "accel/nn/spec.hpp"
 #include "accel/plan/device_map.hpp"
 #include "accel/plan/max_memory.hpp"
@@ -22,6 +25,48 @@ TEST_CASE("DeviceMap looks tensors up by the longest dotted prefix", "[plan][dev
   const auto j = plan::to_ordered_json(dm);
   CHECK(j.dump() == R"({"model":0,"model.layers.1":1,"model.layers.10":"disk"})");
   CHECK(plan::device_map_from_json(j) == dm);
+  dm.set("", Placement::cpu());  // the root covers what no other key does
+  CHECK(dm.lookup("lm_head.weight") == Placement::cpu());
+  CHECK(dm.lookup("model.layers.1") == Placement::gpu(1));
+  CHECK(dm.find("model.layers") == std::nullopt);
+  CHECK(dm.erase("model.layers.1"));
+  CHECK_FALSE(dm.erase("model.layers.1"));
+  CHECK(dm.lookup("model.layers.1.mlp.weight") == Placement::gpu(0));
+  CHECK(dm.lookup("model.layers.10.mlp.weight") == Placement::disk());  // positions after the erased key moved
+  CHECK(plan::to_ordered_json(dm).dump() == R"({"model":0,"model.layers.10":"disk","":"cpu"})");
+  CHECK(plan::to_json(dm) == nlohmann::json::parse(R"({"":"cpu","model":0,"model.layers.10":"disk"})"));
+}
+
+TEST_CASE("A split mixture-of-experts map is looked up and checked in linear time", "[plan][device_map][hostile]") {
+  // 61 layers of 256 experts, each its own key, as the planner leaves a model it had to split:
+  // scanning every key per tensor took 1.8 s for the lookups alone.
+  constexpr int layers = 61, experts = 256;
+  nn::Module root("Moe");
+  DeviceMap dm;
+  {
+    auto scope = nn::init_empty_weights();
+    auto model = root.register_module("model", std::make_shared<nn::Module>("Model"));
+    auto list = model->register_module("layers", std::make_shared<nn::Module>("Layers"));
+    for (int l = 0; l < layers; ++l) {
+      auto layer = list->register_module(std::to_string(l), std::make_shared<nn::Module>("Layer"));
+      auto ex = layer->register_module("experts", std::make_shared<nn::Module>("Experts"));
+      for (int e = 0; e < experts; ++e) {
+        auto expert = ex->register_module(std::to_string(e), std::make_shared<nn::Module>("Expert"));
+        for (const char* w : {"gate", "up", "down"}) expert->register_parameter(w, Tensor::empty(Shape{1}, DType::f32));
+        dm.set("model.layers." + std::to_string(l) + ".experts." + std::to_string(e), Placement::gpu(e % 2));
+      }
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  int placed = 0;
+  for (const auto& [name, t] : root.named_parameters()) placed += dm.lookup(name).has_value();
+  CHECK_NOTHROW(check_device_map(root, dm));
+  const auto to_json_text = plan::to_ordered_json(dm).dump();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(placed == layers * experts * 3);
+  CHECK(dm.lookup("model.layers.60.experts.255.down") == Placement::gpu(1));
+  CHECK(to_json_text.size() > 0);
+  CHECK(seconds < 5.0);
 }
 
 TEST_CASE("clean_device_map groups children sharing a device", "[plan][device_map]") {

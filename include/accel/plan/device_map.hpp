@@ -8,10 +8,12 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,46 +30,47 @@ class DeviceMap {
  public:
   using Entry = std::pair<std::string, Placement>;
 
-  /// Sets `name` (kept at its position when present, appended otherwise).
+  /// Sets `name` (kept at its position when present, appended otherwise), as dict[name] = p.
   void set(std::string name, Placement p) {
-    for (auto& e : entries_) {
-      if (e.first == name) {
-        e.second = p;
-        return;
-      }
+    if (const auto it = index_.find(name); it != index_.end()) {
+      entries_[it->second].second = p;
+      return;
     }
+    index_.emplace(name, entries_.size());
     entries_.emplace_back(std::move(name), p);
   }
-  /// Appends without looking for an existing key (the caller knows it is new).
-  void append(std::string name, Placement p) { entries_.emplace_back(std::move(name), p); }
-  /// Removes `name`; true when it was present.
+  /// set() for a key the caller knows is new (the planner's output); kept for the callers' sake.
+  void append(std::string name, Placement p) { set(std::move(name), p); }
+  /// Replaces every entry (a name given twice keeps its first place and its last placement).
+  void assign(std::vector<Entry> entries) {
+    entries_.clear();
+    index_.clear();
+    for (auto& [name, p] : entries) set(std::move(name), p);
+  }
+  /// Removes `name`; true when it was present. Linear: the positions after it move.
   bool erase(std::string_view name) {
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.first == name; });
-    if (it == entries_.end()) return false;
-    entries_.erase(it);
+    const auto it = index_.find(name);
+    if (it == index_.end()) return false;
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(it->second));
+    reindex();
     return true;
   }
   /// The placement of exactly `name`.
   std::optional<Placement> find(std::string_view name) const {
-    for (const auto& e : entries_) {
-      if (e.first == name) return e.second;
-    }
-    return std::nullopt;
+    const auto it = index_.find(name);
+    if (it == index_.end()) return std::nullopt;
+    return entries_[it->second].second;
   }
   /// The placement of tensor or module `name`: the value of the longest key that is `name` or one
-  /// of its dotted prefixes ("" covers everything). nullopt when no key covers it.
+  /// of its dotted prefixes ("" covers everything). nullopt when no key covers it. Looks up each
+  /// prefix of `name` (its depth in hash probes), not every key: loading a checkpoint asks this
+  /// once per tensor, and the map of a split mixture-of-experts model holds tens of thousands.
   std::optional<Placement> lookup(std::string_view name) const {
-    std::optional<Placement> best;
-    std::size_t best_len = 0;
-    bool found = false;
-    for (const auto& [k, p] : entries_) {
-      if (covers(k, name) && (!found || k.size() > best_len)) {
-        best = p;
-        best_len = k.size();
-        found = true;
-      }
+    if (const auto p = find(name)) return p;
+    for (std::size_t dot = name.rfind('.'); dot != std::string_view::npos && dot > 0; dot = name.rfind('.', dot - 1)) {
+      if (const auto p = find(name.substr(0, dot))) return p;
     }
-    return best;
+    return find("");
   }
   /// True when key `key` places `name` ("" covers all; "a.b" covers "a.b" and "a.b.*").
   static bool covers(std::string_view key, std::string_view name) {
@@ -80,11 +83,22 @@ class DeviceMap {
   auto begin() const noexcept { return entries_.begin(); }
   auto end() const noexcept { return entries_.end(); }
   const std::vector<Entry>& entries() const noexcept { return entries_; }
-  std::vector<Entry>& entries() noexcept { return entries_; }
-  friend bool operator==(const DeviceMap&, const DeviceMap&) = default;
+  friend bool operator==(const DeviceMap& a, const DeviceMap& b) { return a.entries_ == b.entries_; }
 
  private:
+  void reindex() {
+    index_.clear();
+    for (std::size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+  }
+
+  // Looked up by string_view without building a string (lookup probes every prefix of a name).
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+
   std::vector<Entry> entries_;
+  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> index_;  // name -> position in entries_
 };
 
 /// A DeviceMap that names the policy bundle its model runs under (DESIGN.md: DeviceMap takes a
@@ -179,7 +193,9 @@ inline DeviceMap clean_device_map(DeviceMap dm, const std::string& module_name =
   const auto child_of = [](const std::string& m, const std::string& k) {
     return k.substr(0, k.find('.', m.empty() ? 0 : m.size() + 1));
   };
-  detail::clean_device_map_core(dm.entries(), module_name, below, child_of);
+  std::vector<DeviceMap::Entry> entries = dm.entries();
+  detail::clean_device_map_core(entries, module_name, below, child_of);
+  dm.assign(std::move(entries));
   return dm;
 }
 
@@ -189,14 +205,17 @@ inline nlohmann::json placement_to_json(Placement p) {
   return p.str();
 }
 inline nlohmann::json to_json(const DeviceMap& dm) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  nlohmann::json j = nlohmann::json::object();
   for (const auto& [k, p] : dm) j[k] = placement_to_json(p);
-  return nlohmann::json::parse(j.dump());
+  return j;
 }
-/// As to_json, keeping the map's order.
+/// As to_json, keeping the map's order. The keys are unique, so each entry is appended (an
+/// ordered_json insert by key compares it with every key before it).
 inline nlohmann::ordered_json to_ordered_json(const DeviceMap& dm) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& [k, p] : dm) j[k] = placement_to_json(p);
+  auto& entries = j.get_ref<nlohmann::ordered_json::object_t&>();
+  entries.reserve(dm.size());
+  for (const auto& [k, p] : dm) entries.emplace_back(k, placement_to_json(p));
   return j;
 }
 /// Parses a device-map value: an integer GPU id, "cpu", "disk", "cuda:N", "meta".
@@ -217,31 +236,41 @@ DeviceMap device_map_from_json(const Json& j) {
 /// placed by exactly one key of `dm`, that no other name is placed twice, and that every key names
 /// something in the model. ValueError otherwise.
 inline void check_device_map(const nn::Module& model, const DeviceMap& dm) {
-  std::vector<std::string> names, required;
+  std::vector<std::string> names;
+  std::unordered_set<std::string> required;
   for (const auto& [n, t] : model.named_parameters("", true, false)) names.push_back(n);
   for (const auto& [n, t] : model.named_buffers("", true, false)) names.push_back(n);
-  for (const auto& [n, t] : model.named_parameters()) required.push_back(n);
-  for (const auto& [n, t] : model.named_buffers()) required.push_back(n);
-  for (const auto& n : names) {
+  for (const auto& [n, t] : model.named_parameters()) required.insert(n);
+  for (const auto& [n, t] : model.named_buffers()) required.insert(n);
+  // The keys covering a name are the name, its dotted prefixes and "": probed one by one, so the
+  // check is linear in names x depth rather than names x keys.
+  std::unordered_set<std::string_view> used;
+  for (const std::string& n : names) {
     int hits = 0;
-    for (const auto& [k, p] : dm) hits += DeviceMap::covers(k, n) ? 1 : 0;
-    if (hits == 0 && std::find(required.begin(), required.end(), n) != required.end()) {
-      throw ValueError("device map does not place '" + n + "'");
+    const auto probe = [&](std::string_view key) {
+      if (dm.find(key)) {
+        ++hits;
+        used.insert(key);
+      }
+    };
+    probe(n);
+    for (std::size_t dot = n.rfind('.'); dot != std::string::npos && dot > 0; dot = n.rfind('.', dot - 1)) {
+      probe(std::string_view(n).substr(0, dot));
     }
+    if (!n.empty()) probe("");
+    if (hits == 0 && required.count(n)) throw ValueError("device map does not place '" + n + "'");
     if (hits > 1) throw ValueError("device map places '" + n + "' under " + std::to_string(hits) + " keys");
   }
   for (const auto& entry : dm) {
     const std::string& k = entry.first;
-    const bool used = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return DeviceMap::covers(k, n); });
-    if (!used && !k.empty()) {
-      bool is_module = true;
-      try {
-        (void)model.get_submodule(k);
-      } catch (const KeyError&) {
-        is_module = false;
-      }
-      if (!is_module) throw ValueError("device map key '" + k + "' names nothing in the model");
+    if (k.empty() || used.count(k)) continue;
+    bool is_module = true;
+    try {
+      (void)model.get_submodule(k);
+    } catch (const KeyError&) {
+      is_module = false;
     }
+    if (!is_module) throw ValueError("device map key '" + k + "' names nothing in the model");
   }
 }
 
