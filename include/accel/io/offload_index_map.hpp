@@ -39,7 +39,7 @@ class OffloadIndexMap {
     for (std::size_t i = 0; i < entries.size(); ++i) place_.emplace(entries.begin()[i].first, i);
   }
 
-  /// The entry of `name`, or nullptr.
+  /// The entry of `name`, or nullptr; valid until the next set().
   const nlohmann::ordered_json* find(std::string_view name) const {
     const auto at = place_.find(name);
     return at == place_.end() ? nullptr : &objects().begin()[at->second].second;
