@@ -338,7 +338,7 @@ TEST_CASE("OffloadIndexMap keeps the dict's order and fills 100,000 entries in l
   CHECK(OffloadIndexMap(OffloadIndex()).empty());  // a null index is an empty one
   CHECK_THROWS_AS(OffloadIndexMap(OffloadIndex::array()), ValueError);
 
-  // ordered_json's operator[] scans every key: 91,000 inserts that way take about 25 s.
+  // ordered_json's operator[] scans every key: 90,951 inserts that way took 16 s (bench_index_build).
   constexpr int n = 100'000;
   const auto start = std::chrono::steady_clock::now();
   OffloadIndexMap big;

@@ -6,8 +6,9 @@
 //
 // OffloadIndex is nlohmann::ordered_json, whose objects are vectors: its operator[] and find
 // compare the name with every key, so filling the index of a model one weight at a time is
-// quadratic (91,000 entries, the size of a large mixture-of-experts model: 25 s). This map keeps
-// each name's place, so an insert or a lookup costs O(log n) and the order stays the Python dict's.
+// quadratic (90,951 entries, the size of a large mixture-of-experts model's index: 16 s in
+// bench_index_build, 0.36 s through this map). This map keeps each name's place, so an insert or
+// a lookup costs O(log n) and the order stays the Python dict's.
 #pragma once
 
 #include <cstddef>
