@@ -350,5 +350,9 @@ TEST_CASE("OffloadIndexMap keeps the dict's order and fills 100,000 entries in l
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(plain.size() == n);
   CHECK(plain.back()["dtype"] == "bfloat16");
+  CHECK(big.empty());  // release() leaves an empty map that takes entries again
+  CHECK(big.find("model.layers.0.mlp.experts.0.weight") == nullptr);
+  big.set("again", {{"dtype", "float32"}, {"shape", {1}}});
+  CHECK(big.index().size() == 1);
   CHECK(seconds < 5.0);
 }

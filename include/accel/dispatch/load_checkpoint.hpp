@@ -32,12 +32,13 @@
 //   files are still mapped to be read, and what changes is where CPU weights live. Decoding reads
 //   every weight per token, and each 4 KiB page of a mapping costs a TLB entry. Where the kernel
 //   maps the file's page cache in 2 MiB folios (Linux 6.18 here mapped 82% of a 944 MB
-//   checkpoint so) mapped weights decode nearly as fast; copies get huge pages from the allocator
-//   whatever the cache holds. Measured on a 483M-parameter bf16 LLaMA, 2 cores: `accel run`
-//   29.8-31.4 tokens/s mapped, 32.1-32.5 copied (alternating runs, one process each), the
-//   64-token prompt 0.11-0.16 s against 0.08 s; bench_decode, both in one process after a
-//   warm-up, 31.9-32.2 and 32.1. The copy costs about 1 s per GB of load time here (the first
-//   touch of new memory; mapping a cached file costs nothing).
+//   checkpoint so) mapped weights decode nearly as fast; copies of 4 MiB and more get huge pages
+//   from the allocator whatever the cache holds (where THP is not "never"). Measured on a
+//   483M-parameter bf16 LLaMA, 2 cores: `accel run` 29.8-31.4 tokens/s mapped, 32.1-32.5 copied
+//   (alternating runs, one process each), the 64-token prompt 0.11-0.16 s against 0.08 s;
+//   bench_decode, both in one process after a warm-up, 31.9-32.2 and 32.1. The copy costs about
+//   1 s per GB of load time here (the first touch of new memory; mapping a cached file costs
+//   nothing).
 #pragma once
 
 #include <algorithm>

@@ -31,8 +31,9 @@ class OffloadIndexMap {
  public:
   OffloadIndexMap() : index_(OffloadIndex::object()) {}
 
-  /// Takes `index` over (a JSON object; ValueError otherwise). A name it repeats, which only an
-  /// index built by hand can hold, is found at its first place.
+  /// Takes `index` over: a JSON object, or null for an empty index (ValueError for anything
+  /// else). A name it repeats, which only an index built by hand can hold, is found and updated
+  /// at its first place; the later copy stays in index() as it was.
   explicit OffloadIndexMap(OffloadIndex index) : index_(std::move(index)) {
     if (index_.is_null()) index_ = OffloadIndex::object();
     if (!index_.is_object()) throw ValueError("an offload index must be a JSON object, not " + std::string(index_.type_name()));
@@ -54,14 +55,26 @@ class OffloadIndexMap {
       entries.begin()[at->second].second = std::move(entry);
       return;
     }
-    place_.emplace(name, entries.size());
+    // The vector first: if either insert throws, neither keeps the name.
     entries.emplace_back(name, std::move(entry));
+    try {
+      place_.emplace(name, entries.size() - 1);
+    } catch (...) {
+      entries.pop_back();
+      throw;
+    }
   }
 
   std::size_t size() const noexcept { return place_.size(); }
   bool empty() const noexcept { return place_.empty(); }
   const OffloadIndex& index() const noexcept { return index_; }
-  OffloadIndex release() && { return std::move(index_); }
+  /// The index, moved out; the map is left empty.
+  OffloadIndex release() && {
+    OffloadIndex out = std::move(index_);
+    index_ = OffloadIndex::object();
+    place_.clear();
+    return out;
+  }
 
  private:
   OffloadIndex::object_t& objects() { return index_.get_ref<OffloadIndex::object_t&>(); }

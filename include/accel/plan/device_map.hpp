@@ -36,8 +36,14 @@ class DeviceMap {
       entries_[it->second].second = p;
       return;
     }
-    index_.emplace(name, entries_.size());
+    // The vector first: if either insert throws, neither keeps the name.
     entries_.emplace_back(std::move(name), p);
+    try {
+      index_.emplace(entries_.back().first, entries_.size() - 1);
+    } catch (...) {
+      entries_.pop_back();
+      throw;
+    }
   }
   /// set() for a key the caller knows is new (the planner's output); kept for the callers' sake.
   void append(std::string name, Placement p) { set(std::move(name), p); }
