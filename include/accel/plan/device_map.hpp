@@ -45,8 +45,6 @@ class DeviceMap {
       throw;
     }
   }
-  /// set() for a key the caller knows is new (the planner's output); kept for the callers' sake.
-  void append(std::string name, Placement p) { set(std::move(name), p); }
   /// Replaces every entry (a name given twice keeps its first place and its last placement).
   void assign(std::vector<Entry> entries) {
     entries_.clear();
@@ -72,11 +70,19 @@ class DeviceMap {
   /// prefix of `name` (its depth in hash probes), not every key: loading a checkpoint asks this
   /// once per tensor, and the map of a split mixture-of-experts model holds tens of thousands.
   std::optional<Placement> lookup(std::string_view name) const {
-    if (const auto p = find(name)) return p;
+    std::optional<Placement> found;
+    for_each_covering_key(name, [&](std::string_view key) { return bool(found = find(key)); });
+    return found;
+  }
+  /// Calls `f(key)` for each key that could cover `name` (see covers()), longest first: `name`,
+  /// its dotted prefixes, then "". Stops when `f` returns true.
+  template <class F>
+  static void for_each_covering_key(std::string_view name, F&& f) {
+    if (f(name)) return;
     for (std::size_t dot = name.rfind('.'); dot != std::string_view::npos && dot > 0; dot = name.rfind('.', dot - 1)) {
-      if (const auto p = find(name.substr(0, dot))) return p;
+      if (f(name.substr(0, dot))) return;
     }
-    return find("");
+    if (!name.empty()) f(std::string_view{});
   }
   /// True when key `key` places `name` ("" covers all; "a.b" covers "a.b" and "a.b.*").
   static bool covers(std::string_view key, std::string_view name) {
@@ -234,7 +240,7 @@ template <class Json>
 DeviceMap device_map_from_json(const Json& j) {
   if (!j.is_object()) throw FormatError("a device map must be a JSON object, got " + j.dump());
   DeviceMap dm;
-  for (auto it = j.begin(); it != j.end(); ++it) dm.append(it.key(), placement_from_json(it.value()));
+  for (auto it = j.begin(); it != j.end(); ++it) dm.set(it.key(), placement_from_json(it.value()));
   return dm;
 }
 
@@ -253,17 +259,13 @@ inline void check_device_map(const nn::Module& model, const DeviceMap& dm) {
   std::unordered_set<std::string_view> used;
   for (const std::string& n : names) {
     int hits = 0;
-    const auto probe = [&](std::string_view key) {
+    DeviceMap::for_each_covering_key(n, [&](std::string_view key) {
       if (dm.find(key)) {
         ++hits;
         used.insert(key);
       }
-    };
-    probe(n);
-    for (std::size_t dot = n.rfind('.'); dot != std::string::npos && dot > 0; dot = n.rfind('.', dot - 1)) {
-      probe(std::string_view(n).substr(0, dot));
-    }
-    if (!n.empty()) probe("");
+      return false;
+    });
     if (hits == 0 && required.count(n)) throw ValueError("device map does not place '" + n + "'");
     if (hits > 1) throw ValueError("device map places '" + n + "' under " + std::to_string(hits) + " keys");
   }

@@ -464,7 +464,7 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory&
     detail::clean_device_map_core(placed, Id{0}, below, child_of);
   }
   DeviceMap dm;
-  for (const auto& [id, p] : placed) dm.append(idx.name(id), p);
+  for (const auto& [id, p] : placed) dm.set(idx.name(id), p);
   return dm;
 }
 
