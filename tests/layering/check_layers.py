@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when a header includes a layer below its own (DESIGN.md: each layer only uses the ones above it).
+"""Fails when a header includes a layer below its own (docs/design.md: each layer only uses the ones above it).
 
 Usage: check_layers.py INCLUDE_DIR. Prints every offending include with its file and line.
 """
@@ -22,7 +22,7 @@ def main() -> int:
             continue  # the umbrella header includes everything by design
         layer = path.relative_to(root).parts[0]
         if layer not in rank:
-            bad.append(f"{path}: folder '{layer}' is not a layer of DESIGN.md ({', '.join(ORDER)})")
+            bad.append(f"{path}: folder '{layer}' is not a layer of docs/design.md ({', '.join(ORDER)})")
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             m = INCLUDE.match(line)

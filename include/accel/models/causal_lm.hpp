@@ -54,7 +54,8 @@ class CausalLM {
   /// positions from its first real token, so left-padded prompts decode as they would alone.
   virtual Tensor logits(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
                         const Tensor& attention_mask = {}) = 0;
-  /// The device of each decoder layer's attention (where its cache slot goes).
+  /// The execution device of each decoder layer (where its cache slot goes): its hook's under
+  /// offload, else its weights'.
   virtual std::vector<Device> layer_devices() = 0;
   /// The dtype activations (and so the cache) are held in.
   virtual DType activation_dtype() = 0;
@@ -125,8 +126,8 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
                 std::int64_t hidden, std::int64_t vocab, bool tie, const std::string& tied_embedding, DType dtype,
                 ModelInfo info)
       : Module(class_name), info_(std::move(info)) {
-    base_ = this->register_module(base_name, std::move(base));
-    lm_head_ = this->register_module("lm_head", std::make_shared<nn::BasicLinear<P>>(hidden, vocab, false, dtype));
+    base_ = this->register_child(base_name, std::move(base));
+    lm_head_ = this->register_child("lm_head", std::make_shared<nn::BasicLinear<P>>(hidden, vocab, false, dtype));
     if (tie) lm_head_->register_parameter("weight", base_->parameter_cell(tied_embedding));
     this->set_no_split_modules(base_->no_split_modules());
   }
@@ -134,10 +135,10 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
   /// `attention_mask` as CausalLM::logits takes it.
   Tensor forward(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
                  const Tensor& attention_mask = {}) {
-    Tensor h = (*base_)(input_ids, cache, attention_mask);
+    Tensor h = base_(input_ids, cache, attention_mask);
     const std::int64_t T = h.size(1);
     if (logits_to_keep > 0 && logits_to_keep < T) h = h.narrow(1, T - logits_to_keep, logits_to_keep);
-    return (*lm_head_)(h);
+    return lm_head_(h);
   }
   /// The base model.
   Base& base_model() { return *base_; }
@@ -148,11 +149,12 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
                 const Tensor& attention_mask) override {
     return (*this)(input_ids, cache, logits_to_keep, attention_mask);
   }
-  DType activation_dtype() override { return lm_head_->weight().dtype(); }
+  // The head's weight keeps its dtype on meta, so this holds while it is offloaded.
+  DType activation_dtype() override { return lm_head_->get_parameter("weight").dtype(); }
 
  private:
-  std::shared_ptr<Base> base_;
-  std::shared_ptr<nn::BasicLinear<P>> lm_head_;
+  nn::ChildRef<Base> base_;
+  nn::ChildRef<> lm_head_;
   ModelInfo info_;
 };
 

@@ -93,10 +93,10 @@ class LlamaAttention : public nn::BasicModule<LlamaAttention<P>, P> {
       : Base(prefix + "Attention"), heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads),
         head_dim_(c.resolved_head_dim()), window_(c.sliding_window) {
     using L = nn::BasicLinear<P>;
-    q_proj_ = this->register_module("q_proj", std::make_shared<L>(c.hidden_size, heads_ * head_dim_, c.qkv_bias, dtype));
-    k_proj_ = this->register_module("k_proj", std::make_shared<L>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, dtype));
-    v_proj_ = this->register_module("v_proj", std::make_shared<L>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, dtype));
-    o_proj_ = this->register_module("o_proj", std::make_shared<L>(heads_ * head_dim_, c.hidden_size, c.o_bias, dtype));
+    q_proj_ = this->register_child("q_proj", std::make_shared<L>(c.hidden_size, heads_ * head_dim_, c.qkv_bias, dtype));
+    k_proj_ = this->register_child("k_proj", std::make_shared<L>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, dtype));
+    v_proj_ = this->register_child("v_proj", std::make_shared<L>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, dtype));
+    o_proj_ = this->register_child("o_proj", std::make_shared<L>(heads_ * head_dim_, c.hidden_size, c.o_bias, dtype));
     if (c.rotary_per_layer) this->register_module("rotary_emb", std::make_shared<LlamaRotaryEmbedding<P>>(c, prefix));
   }
 
@@ -105,19 +105,18 @@ class LlamaAttention : public nn::BasicModule<LlamaAttention<P>, P> {
                  LayerKVCache* cache, std::int64_t past) {
     const std::int64_t B = x.size(0), T = x.size(1);
     auto heads = [&](const Tensor& y, std::int64_t h) { return y.view({B, T, h, head_dim_}).transpose(1, 2); };
-    Tensor q = heads((*q_proj_)(x), heads_), k = heads((*k_proj_)(x), kv_heads_), v = heads((*v_proj_)(x), kv_heads_);
+    Tensor q = heads(q_proj_(x), heads_), k = heads(k_proj_(x), kv_heads_), v = heads(v_proj_(x), kv_heads_);
     q = ops::rotary_embedding(q, positions, rope->inv_freq, rope->attention_scaling);
     k = ops::rotary_embedding(k, positions, rope->inv_freq, rope->attention_scaling);
     if (cache) std::tie(k, v) = cache->append(k, v, past);
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     const Tensor ctx = ops::scaled_dot_product_attention(q, k, v, true, scale, window_, key_mask);
-    return (*o_proj_)(ctx.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+    return o_proj_(ctx.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
   }
-  nn::BasicLinear<P>& q_proj() { return *q_proj_; }
 
  private:
   std::int64_t heads_, kv_heads_, head_dim_, window_;
-  std::shared_ptr<nn::BasicLinear<P>> q_proj_, k_proj_, v_proj_, o_proj_;
+  nn::ChildRef<> q_proj_, k_proj_, v_proj_, o_proj_;
 };
 
 /// LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).
@@ -128,17 +127,17 @@ class LlamaMLP : public nn::BasicModule<LlamaMLP<P>, P> {
  public:
   LlamaMLP(const LlamaConfig& c, const std::string& prefix, DType dtype) : Base(prefix + "MLP") {
     using L = nn::BasicLinear<P>;
-    gate_proj_ = this->register_module("gate_proj", std::make_shared<L>(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
-    up_proj_ = this->register_module("up_proj", std::make_shared<L>(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
-    down_proj_ = this->register_module("down_proj", std::make_shared<L>(c.intermediate_size, c.hidden_size, c.mlp_bias, dtype));
+    gate_proj_ = this->register_child("gate_proj", std::make_shared<L>(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
+    up_proj_ = this->register_child("up_proj", std::make_shared<L>(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
+    down_proj_ = this->register_child("down_proj", std::make_shared<L>(c.intermediate_size, c.hidden_size, c.mlp_bias, dtype));
     this->register_module("act_fn", detail::named_module("SiLU"));
   }
   Tensor forward(const Tensor& x) override {
-    return (*down_proj_)(ops::mul(ops::silu((*gate_proj_)(x)), (*up_proj_)(x)));
+    return down_proj_(ops::mul(ops::silu(gate_proj_(x)), up_proj_(x)));
   }
 
  private:
-  std::shared_ptr<nn::BasicLinear<P>> gate_proj_, up_proj_, down_proj_;
+  nn::ChildRef<> gate_proj_, up_proj_, down_proj_;
 };
 
 /// LlamaDecoderLayer: x + self_attn(input_layernorm(x)), then + mlp(post_attention_layernorm(x)).
@@ -148,18 +147,17 @@ class LlamaDecoderLayer : public nn::BasicModule<LlamaDecoderLayer<P>, P> {
 
  public:
   LlamaDecoderLayer(const LlamaConfig& c, const std::string& prefix, DType dtype) : Base(prefix + "DecoderLayer") {
-    self_attn_ = this->register_module("self_attn", std::make_shared<LlamaAttention<P>>(c, prefix, dtype));
-    mlp_ = this->register_module("mlp", std::make_shared<LlamaMLP<P>>(c, prefix, dtype));
-    input_layernorm_ = this->register_module("input_layernorm", norm(c, prefix, dtype));
-    post_attention_layernorm_ = this->register_module("post_attention_layernorm", norm(c, prefix, dtype));
+    self_attn_ = this->register_child("self_attn", std::make_shared<LlamaAttention<P>>(c, prefix, dtype));
+    mlp_ = this->register_child("mlp", std::make_shared<LlamaMLP<P>>(c, prefix, dtype));
+    input_layernorm_ = this->register_child("input_layernorm", norm(c, prefix, dtype));
+    post_attention_layernorm_ = this->register_child("post_attention_layernorm", norm(c, prefix, dtype));
   }
   /// hidden [B, T, hidden] -> [B, T, hidden]; `key_mask` [B, past + T] (or undefined) leaves padding out.
   Tensor forward(const Tensor& hidden, const Tensor& positions, const Tensor& key_mask, const RopeFrequencies* rope,
                  LayerKVCache* cache, std::int64_t past) {
-    Tensor h = ops::add(hidden, (*self_attn_)((*input_layernorm_)(hidden), positions, key_mask, rope, cache, past));
-    return ops::add(h, (*mlp_)((*post_attention_layernorm_)(h)));
+    Tensor h = ops::add(hidden, self_attn_(input_layernorm_(hidden), positions, key_mask, rope, cache, past));
+    return ops::add(h, mlp_(post_attention_layernorm_(h)));
   }
-  LlamaAttention<P>& self_attn() { return *self_attn_; }
 
   /// The family's RMSNorm with the config's eps.
   static std::shared_ptr<nn::BasicRMSNorm<P>> norm(const LlamaConfig& c, const std::string& prefix, DType dtype) {
@@ -169,9 +167,8 @@ class LlamaDecoderLayer : public nn::BasicModule<LlamaDecoderLayer<P>, P> {
   }
 
  private:
-  std::shared_ptr<LlamaAttention<P>> self_attn_;
-  std::shared_ptr<LlamaMLP<P>> mlp_;
-  std::shared_ptr<nn::BasicRMSNorm<P>> input_layernorm_, post_attention_layernorm_;
+  nn::ChildRef<LlamaAttention<P>> self_attn_;
+  nn::ChildRef<> mlp_, input_layernorm_, post_attention_layernorm_;
 };
 
 /// LlamaModel: embed_tokens, decoder layers, final norm; returns hidden states [B, T, hidden].
@@ -183,12 +180,13 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
   explicit LlamaModel(const LlamaConfig& c, DType dtype = Base::storage_dtype)
       : Base(detail::llama_family_prefix(c.model_type) + "Model"), config_(c) {
     const std::string prefix = detail::llama_family_prefix(c.model_type);
-    embed_tokens_ = this->register_module("embed_tokens", std::make_shared<nn::BasicEmbedding<P>>(c.vocab_size, c.hidden_size, dtype));
+    embed_tokens_ = this->register_child("embed_tokens", std::make_shared<nn::BasicEmbedding<P>>(c.vocab_size, c.hidden_size, dtype));
     auto layers = this->register_module("layers", std::make_shared<nn::ModuleList>());
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      layers_.push_back(layers->push_back(std::make_shared<LlamaDecoderLayer<P>>(c, prefix, dtype)));
+      layers->push_back(std::make_shared<LlamaDecoderLayer<P>>(c, prefix, dtype));
+      layers_.emplace_back(*layers, std::to_string(i));
     }
-    norm_ = this->register_module("norm", LlamaDecoderLayer<P>::norm(c, prefix, dtype));
+    norm_ = this->register_child("norm", LlamaDecoderLayer<P>::norm(c, prefix, dtype));
     // One rotary embedding serves every layer (older transformers kept one per attention: the
     // buffers are registered there for sizing, and this one computes).
     auto rot = std::make_shared<LlamaRotaryEmbedding<P>>(c, prefix);
@@ -205,26 +203,26 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
       throw ValueError(this->class_name() + ": the cache has " + std::to_string(cache->num_layers()) +
                        " layers, the model " + std::to_string(layers_.size()));
     }
-    Tensor h = (*embed_tokens_)(input_ids);
+    Tensor h = embed_tokens_(input_ids);
     const Tensor positions =
         attention_mask.defined()
             ? detail::position_ids_from_mask(this->class_name(), attention_mask, past, T, input_ids.size(0), h.device())
             : detail::position_ids(past, T, h.device());
     const RopeFrequencies& rope = rotary_->frequencies(past + T - 1);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      h = (*layers_[i])(h, positions, attention_mask, &rope, cache ? &cache->layer(i) : nullptr, past);
+      h = layers_[i](h, positions, attention_mask, &rope, cache ? &cache->layer(i) : nullptr, past);
     }
     if (cache) cache->advance(T);
-    return (*norm_)(h);
+    return norm_(h);
   }
   const LlamaConfig& config() const noexcept { return config_; }
-  const std::vector<std::shared_ptr<LlamaDecoderLayer<P>>>& layers() const noexcept { return layers_; }
+  /// The decoder layers, as the tree holds them now.
+  const std::vector<nn::ChildRef<LlamaDecoderLayer<P>>>& layers() const noexcept { return layers_; }
 
  private:
   LlamaConfig config_;
-  std::shared_ptr<nn::BasicEmbedding<P>> embed_tokens_;
-  std::vector<std::shared_ptr<LlamaDecoderLayer<P>>> layers_;
-  std::shared_ptr<nn::BasicRMSNorm<P>> norm_;
+  nn::ChildRef<> embed_tokens_, norm_;
+  std::vector<nn::ChildRef<LlamaDecoderLayer<P>>> layers_;
   std::shared_ptr<LlamaRotaryEmbedding<P>> rotary_;
 };
 
@@ -242,7 +240,7 @@ class LlamaForCausalLM : public BasicCausalLM<LlamaForCausalLM<P>, LlamaModel<P>
   LlamaModel<P>& model() { return this->base_model(); }
   std::vector<Device> layer_devices() override {
     std::vector<Device> out;
-    for (const auto& l : model().layers()) out.push_back(l->self_attn().q_proj().weight().device());
+    for (const auto& l : model().layers()) out.push_back(l->execution_device());
     return out;
   }
 };

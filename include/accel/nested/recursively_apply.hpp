@@ -41,9 +41,6 @@
 
 namespace accel::nested {
 
-/// Base of the trailing options of recursively_apply.
-struct apply_option {};
-
 /// Leaves failing the test throw ValueError naming their type (run time; `enabled` may be false).
 struct error_on_other_type_t : apply_option {
   bool enabled = true;
@@ -55,20 +52,6 @@ inline constexpr error_on_other_type_t error_on_other_type{{}, true};
 /// Leaf types that can never pass the test are a compile-time error (static_assert).
 struct reject_other_types_t : apply_option {};
 inline constexpr reject_other_types_t reject_other_types{};
-
-/// Map entries whose (string-like) key is listed are copied through untouched, at every level.
-struct skip_keys : apply_option {
-  std::vector<std::string> keys;
-  skip_keys() = default;
-  skip_keys(std::initializer_list<std::string> k) : keys(k) {}
-  explicit skip_keys(std::vector<std::string> k) : keys(std::move(k)) {}
-  bool contains(std::string_view k) const noexcept {
-    for (const auto& s : keys) {
-      if (s == k) return true;
-    }
-    return false;
-  }
-};
 
 template <class T>
 concept ApplyOption = LeafTest<T> || std::is_base_of_v<apply_option, std::remove_cvref_t<T>>;

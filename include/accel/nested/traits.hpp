@@ -4,6 +4,8 @@
 //   nested_traits<T>          specialize for a user type: for_each(x, f) and transform(x, f)
 //   tensor_leaf, leaf_of<Ts...>, leaf_where<Pred>     leaf tests (type-level, optionally run-time)
 //   type_name<T>()            readable type name for error messages
+//   skip_keys                 map keys whose entries walks leave alone
+//   accepts_all_leaves_v<Test, T> / may_hold_leaves_v<Test, T>   what a walk of a T can meet
 //
 // Walk order is the containers' own order (maps: their iteration order), so two walks over the
 // same structure visit leaves in the same order.
@@ -123,6 +125,25 @@ constexpr std::string_view type_name() {
   return p.substr(b, e - b);
 }
 
+/// Base of the trailing options of recursively_apply.
+struct apply_option {};
+
+/// Map entries whose (string-like) key is listed are copied through untouched (recursively_apply) or not
+/// visited (for_each_leaf), at every level.
+struct skip_keys : apply_option {
+  std::vector<std::string> keys;
+  skip_keys() = default;
+  skip_keys(std::initializer_list<std::string> k) : keys(k) {}
+  explicit skip_keys(std::vector<std::string> k) : keys(std::move(k)) {}
+  bool contains(std::string_view k) const noexcept {
+    for (const auto& s : keys) {
+      if (s == k) return true;
+    }
+    return false;
+  }
+};
+
+
 // ---- leaf tests ---------------------------------------------------------------------------------
 //
 // A leaf test is a type with `template <class T> static constexpr bool matches`, deriving from
@@ -193,5 +214,36 @@ constexpr bool accepts_all_leaves() {
 
 template <class Test, class T>
 inline constexpr bool accepts_all_leaves_v = accepts_all_leaves<Test, T>();
+
+/// True when some leaf reachable in T (at the type level) may pass Test: whether a walk of a T can
+/// meet one at all. CustomNested types count as holding one (their children are not visible here).
+template <class Test, class T>
+constexpr bool may_hold_leaves() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (Test::template matches<U> || CustomNested<U>) {
+    return true;
+  } else if constexpr (TupleLikeNested<U>) {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (may_hold_leaves<Test, std::tuple_element_t<I, U>>() || ...);
+    }(std::make_index_sequence<std::tuple_size_v<U>>{});
+  } else if constexpr (VariantNested<U>) {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (may_hold_leaves<Test, std::variant_alternative_t<I, U>>() || ...);
+    }(std::make_index_sequence<std::variant_size_v<U>>{});
+  } else if constexpr (OptionalNested<U> || SequenceNested<U>) {
+    return may_hold_leaves<Test, typename U::value_type>();
+  } else if constexpr (MapNested<U>) {
+    return may_hold_leaves<Test, typename U::mapped_type>();
+  } else if constexpr (AggregateNested<U>) {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (may_hold_leaves<Test, boost::pfr::tuple_element_t<I, U>>() || ...);
+    }(std::make_index_sequence<boost::pfr::tuple_size_v<U>>{});
+  } else {
+    return false;
+  }
+}
+
+template <class Test, class T>
+inline constexpr bool may_hold_leaves_v = may_hold_leaves<Test, T>();
 
 }  // namespace accel::nested

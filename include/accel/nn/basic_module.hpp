@@ -4,7 +4,7 @@
 //   block(in, positions, &cache)        hook slot -> P's compute scope -> forward -> fp32 outputs (outermost)
 //   using Linear = BasicLinear<>;       default_policies: exactly the plain Module call path
 //
-// The design, in DESIGN.md's terms:
+// The design (docs/design.md, "Modules and the call path"):
 // - `Module` (nn/module.hpp) is the tree: names, tensors, children, the hook slot. Everything that
 //   walks a tree without computing (planner, loaders, hooks layer) takes a `Module&`, whatever the
 //   bundle, so one planner serves every model.
@@ -16,7 +16,8 @@
 //   model's forward. P's offload policy is what the hooks layer attaches (`policies::offload`).
 // - Derived is the module's own class (libtorch's Cloneable<Derived> habit): operator() calls
 //   `Derived::forward` with any nested argument pack through `Module::invoke`, so the call costs
-//   nothing beyond the forward when no hook is attached and the bundle is fp32.
+//   nothing beyond the forward when no hook is attached and the bundle is fp32. The type-erased
+//   entry, `Module::operator()(const Tensor&)`, lands in this same operator(): one call path.
 // - Mixing bundles in one tree is refused at compile time for direct registration: a child of
 //   another bundle would open its own compute scope inside its parent's and change the dtype
 //   the parent's next op sees. Policy-neutral containers (ModuleList, ModuleDict) hold any child;
@@ -97,13 +98,22 @@ class BasicModule : public Module {
                   "such as ModuleList are policy-neutral and may hold any)");
     return Module::register_module(name, std::move(module));
   }
+  /// register_module returning the parent's handle on the slot (Module::register_child).
+  template <class T = void, class M>
+  auto register_child(const std::string& name, std::shared_ptr<M> module) {
+    using Ref = ChildRef<std::conditional_t<std::is_void_v<T>, M, T>>;
+    register_module(name, std::move(module));
+    return Ref(*this, name);
+  }
 
  protected:
-  Tensor call_single(const Tensor& input) override {
-    if constexpr (plain_call) {
-      return Module::invoke(static_cast<Module&>(*this), input);
+  // The type-erased entry goes through operator() above: the same scope, hook and forward.
+  Tensor call_erased(const Tensor& input) override {
+    auto& self = static_cast<Derived&>(*this);
+    if constexpr (requires { { self.forward(input) } -> std::convertible_to<Tensor>; }) {
+      return (*this)(input);
     } else {
-      return scoped([&] { return Module::invoke(static_cast<Module&>(*this), input); });
+      throw ValueError(this->class_name() + " has no single-tensor forward: call it with the arguments of its forward");
     }
   }
 

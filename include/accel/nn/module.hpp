@@ -8,18 +8,28 @@
 //   get_submodule / get_parameter / get_buffer / tensor_cell           KeyError naming the path
 //   as<T>() / apply / to(device, dtype, non_blocking)
 //   class_name()          what no_split_module_classes matches
-//   operator()(x)         hook slot -> forward(x) -> hook slot (one tensor, virtual forward)
-//   Module::invoke(m, a...)  hook slot -> m.forward(a...) -> hook slot (any nested argument pack)
+//   execution_device()    where the module computes: its hook's device, else its weights'
+//   operator()(x)         the type-erased entry: one tensor, through the call path below
+//   Module::invoke(m, a...)  the call path: hook pre_forward -> m.forward(a...) -> hook post_forward
+//   ChildRef<T>           a parent's handle on a child slot (replace_module takes effect)
 //
 // Names live in one index per module (torch keeps parameters, buffers and children in one
 // attribute namespace), so a lookup by dotted path costs one hash probe per component.
 //
-// The call path: modules whose forward takes several arguments (a decoder layer: hidden states,
-// positions, a KV-cache slot) are called through `Module::invoke`, or through the operator() that
-// BasicModule (nn/basic_module.hpp) gives them. With no hook attached a call is the forward call
-// itself plus one null test. With a hook, the arguments are copied into a pack (tensors are small
-// handles), the hook sees every tensor of it (TensorRefs) and may replace them, then forward runs
-// on the pack and the hook sees the results.
+// The call path (docs/design.md, "Modules and the call path"): every call of a module ends in
+// `Module::invoke`, whether it comes through BasicModule's typed operator()(args...) or through
+// the type-erased operator()(const Tensor&) (a virtual entry BasicModule overrides so its policy
+// scope applies). Calling `forward` directly bypasses the hook, as in torch. Without a hook the
+// call is `m.forward(std::forward<Args>(args)...)` plus one null test. With a hook, the arguments
+// keep their value category: one holding no tensor is passed on by reference, untouched; one
+// holding tensors is moved (an rvalue) or copied (an lvalue that forward accepts as a value there)
+// into a pack the hook may edit, so the caller's objects stay as they were; a non-const lvalue
+// that forward takes by non-const reference stays the caller's object, and the hook edits its
+// tensors in place (forward was going to write to it anyway). Move-only arguments work.
+//
+// Parents reach their children through ChildRef, which reads the tree's slot at each use: a module
+// put in place by replace_module after construction (a quantized layer, a wrapper) is the one that
+// runs. A ChildRef<T> of a typed child checks that a replacement is a T (ValueError naming both).
 //
 // A slot holds a shared_ptr<Parameter>; tied weights are slots sharing one Parameter, so replacing
 // `cell->data` (a loader swapping a meta tensor for a real one) keeps the tie. Traversals follow
@@ -43,9 +53,13 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/nn/init.hpp"
+#include "accel/nested/traits.hpp"
 #include "accel/nn/module_hook.hpp"
 
 namespace accel::nn {
+
+template <class T>
+class ChildRef;
 
 /// The shared cell behind a parameter or buffer slot. Two slots holding the same cell are tied.
 struct Parameter {
@@ -133,6 +147,14 @@ class Module {
       children_.push_back({name, module});
     }
     return module;
+  }
+  /// Registers `module` as child `name` and returns the parent's handle on the slot (ChildRef<T>,
+  /// T the registered class unless named): what a parent keeps to call the child.
+  template <class T = void, class M>
+  auto register_child(const std::string& name, std::shared_ptr<M> module) {
+    using Ref = ChildRef<std::conditional_t<std::is_void_v<T>, M, T>>;
+    register_module(name, std::move(module));
+    return Ref(*this, name);
   }
   /// libtorch's replace_module: puts `module` in the place of the existing child `name` (its
   /// position in the traversal order kept). KeyError when there is no such child.
@@ -329,11 +351,15 @@ class Module {
     return *this;
   }
   /// Moves every parameter and buffer to `device`; `dtype` converts floating tensors only
-  /// (integers and bools keep theirs). Tied tensors are moved once and stay tied. Copies are
+  /// (integers and bools keep theirs). Hooks of the tree are told first (a dispatched model's
+  /// hooks warn, or refuse while they hold weights on meta). Tied tensors are moved once and stay tied. Copies are
   /// synchronous whatever `non_blocking` says: the flag is accepted for libtorch's signature, and
   /// asynchronous copies belong to the streams of the CUDA backend.
   Module& to(Device device, std::optional<DType> dtype = std::nullopt, bool non_blocking = false) {
     (void)non_blocking;
+    for (auto& [name, m] : named_modules()) {
+      if (m->hook_) m->hook_->before_module_to(*m, device);  // dispatched models warn or refuse
+    }
     return convert_all([&](const Tensor& t) {
       const bool cast = dtype && t.is_floating_point();
       return t.to(device, cast ? dtype : std::nullopt);
@@ -351,12 +377,12 @@ class Module {
   virtual Tensor forward(const Tensor& /*input*/) {
     throw ValueError(class_name_ + " has no single-tensor forward");
   }
-  /// Calls forward(input) through the hook slot and the module's policy scope.
-  Tensor operator()(const Tensor& input) { return call_single(input); }
+  /// Calls forward(input) through the call path, under the module's policy scope: the entry for a
+  /// caller that knows the module only as a Module (containers, a parent's replaceable child).
+  Tensor operator()(const Tensor& input) { return call_erased(input); }
 
-  /// Calls `self.forward(args...)` through self's hook slot: without a hook, the forward call
-  /// itself; with one, pre_forward sees (and may replace) every tensor of a copy of the arguments,
-  /// then post_forward every tensor of the result.
+  /// The call path (see the header comment): `self.forward(args...)` between self's hook's
+  /// pre_forward and post_forward, the arguments keeping their value category.
   template <class Self, class... Args>
   static auto invoke(Self& self, Args&&... args) {
     static_assert(std::is_base_of_v<Module, Self>, "Module::invoke: self must be a Module");
@@ -364,11 +390,7 @@ class Module {
     static_assert(!std::is_reference_v<Result>, "Module::invoke: forward must return a value (tensors are handles)");
     ModuleHook* hook = static_cast<Module&>(self).hook_.get();
     if (!hook) return self.forward(std::forward<Args>(args)...);
-    std::tuple<std::decay_t<Args>...> pack(std::forward<Args>(args)...);
-    hook->pre_forward(self, TensorRefs::of(pack));
-    Result out = std::apply([&](auto&... a) { return self.forward(a...); }, pack);
-    hook->post_forward(self, TensorRefs::of(out));
-    return out;
+    return hooked_call(self, *hook, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
   }
 
   /// The hook attached to this module (null when none).
@@ -380,11 +402,119 @@ class Module {
     if (hook_) hook_->init_hook(*this);
   }
 
+  /// The device this module computes on (Accelerate's execution device): its hook's, else the
+  /// first one found among its submodules' hooks and direct weights, in pre-order (a module whose
+  /// weights are parked on meta between calls computes where its hook brings them); meta when it
+  /// only has meta weights and no hook says otherwise; cpu when it holds no tensor at all.
+  Device execution_device() const {
+    bool saw_meta = false;
+    if (auto d = find_execution_device(*this, saw_meta, 0)) return *d;
+    return saw_meta ? Device::meta() : Device::cpu();
+  }
+
+  /// The slot of direct child `name` (its address never changes), or null.
+  const std::shared_ptr<Module>* find_child_slot(std::string_view name) const {
+    const auto* s = slot_of(children_, Kind::child, name);
+    return s ? &s->module : nullptr;
+  }
+
  protected:
-  /// The single-tensor call; BasicModule wraps it in its policy scope.
-  virtual Tensor call_single(const Tensor& input) { return invoke(*this, input); }
+  /// The type-erased entry behind operator()(const Tensor&); BasicModule overrides it so that the
+  /// call runs under its policy scope and reaches its Derived::forward through the same path.
+  virtual Tensor call_erased(const Tensor& input) { return invoke(*this, input); }
 
  private:
+  // ---- the hooked call: which arguments the pack owns, which it borrows ---------------------
+
+  /// An argument the hook does not see: passed on to forward exactly as it came.
+  template <class A>
+  class Borrowed {
+   public:
+    explicit Borrowed(A&& a) noexcept : p_(std::addressof(a)) {}
+    A&& get() const noexcept { return static_cast<A&&>(*p_); }
+
+   private:
+    std::remove_reference_t<A>* p_;
+  };
+  template <class T>
+  struct is_borrowed : std::false_type {};
+  template <class A>
+  struct is_borrowed<Borrowed<A>> : std::true_type {};
+
+  /// Whether forward accepts, at position I, an rvalue of the argument's decayed type (so that a
+  /// copy may stand in for the caller's object there).
+  template <std::size_t I, class Self, class... Args, std::size_t... J>
+  static constexpr bool accepts_value_at(std::index_sequence<J...>) {
+    return requires(Self& s) {
+      s.forward(std::declval<std::conditional_t<J == I, std::remove_cvref_t<Args>&&, Args&&>>()...);
+    };
+  }
+  /// The pack element of argument I (A as forwarded): an owned value, the caller's object, or Borrowed.
+  template <std::size_t I, class Self, class... Args>
+  static auto pack_kind() {
+    using A = std::tuple_element_t<I, std::tuple<Args...>>;
+    using D = std::remove_cvref_t<A>;
+    if constexpr (!nested::may_hold_leaves_v<nested::tensor_leaf, D>) {
+      return std::type_identity<Borrowed<A>>{};
+    } else if constexpr (!std::is_lvalue_reference_v<A>) {
+      return std::type_identity<D>{};  // an rvalue: moved in
+    } else if constexpr (!std::is_const_v<std::remove_reference_t<A>> &&
+                         !accepts_value_at<I, Self, Args...>(std::index_sequence_for<Args...>{})) {
+      return std::type_identity<D&>{};  // forward wants the caller's object: edited in place
+    } else if constexpr (std::is_copy_constructible_v<D>) {
+      return std::type_identity<D>{};  // copied: the caller's object stays as it was
+    } else {
+      return std::type_identity<Borrowed<A>>{};  // a const move-only object: nothing the hook may edit
+    }
+  }
+  /// Element E of the pack as forward receives it: the caller's object as an lvalue, a Borrowed
+  /// argument as it came, an owned value as an rvalue (forward accepted one there).
+  template <class E, class X>
+  static decltype(auto) pass(X& x) {
+    if constexpr (std::is_lvalue_reference_v<E>) {
+      return static_cast<E>(x);
+    } else if constexpr (is_borrowed<E>::value) {
+      return x.get();
+    } else {
+      return std::move(x);
+    }
+  }
+  template <class Self, class... Args, std::size_t... I>
+  static auto hooked_call(Self& self, ModuleHook& hook, std::index_sequence<I...>, Args&&... args)
+      -> decltype(self.forward(std::forward<Args>(args)...)) {
+    using Pack = std::tuple<typename decltype(pack_kind<I, Self, Args&&...>())::type...>;
+    Pack pack(std::forward<Args>(args)...);
+    hook.pre_forward(self, TensorRefs::of(pack));
+    auto out = self.forward(pass<std::tuple_element_t<I, Pack>>(std::get<I>(pack))...);
+    hook.post_forward(self, TensorRefs::of(out));
+    return out;
+  }
+
+  static std::optional<Device> find_execution_device(const Module& m, bool& saw_meta, int depth) {
+    if (depth > 10000) throw ValueError("execution_device: module tree deeper than 10000 levels (a cycle?)");
+    if (m.hook_) {
+      if (auto d = m.hook_->execution_device()) return d;
+    }
+    auto direct = [&](const ParameterPtr& cell) -> std::optional<Device> {
+      if (!cell->data.defined()) return std::nullopt;
+      if (cell->data.is_meta()) {
+        saw_meta = true;
+        return std::nullopt;
+      }
+      return cell->data.device();
+    };
+    for (const auto& p : m.params_) {
+      if (auto d = direct(p.cell)) return d;
+    }
+    for (const auto& b : m.buffers_) {
+      if (auto d = direct(b.cell)) return d;
+    }
+    for (const auto& c : m.children_) {
+      if (auto d = find_execution_device(*c.module, saw_meta, depth + 1)) return d;
+    }
+    return std::nullopt;
+  }
+
   enum class Kind : unsigned char { parameter, buffer, child };
   struct Entry {
     Kind kind;
@@ -517,6 +647,72 @@ class Module {
   std::deque<ChildSlot> children_;
   NameIndex index_;
   std::shared_ptr<ModuleHook> hook_;
+};
+
+/// A parent's handle on one of its child slots: every use reads the slot, so the module put there
+/// last (replace_module, a quantizer's layer swap) is the one reached. ChildRef<Module> (the
+/// default) calls any module through the type-erased entry; ChildRef<T> reaches T's typed forward
+/// and checks, at first use after a replacement, that the new child is a T (ValueError naming the
+/// slot and both classes). Valid while the parent lives (slots never move).
+template <class T = Module>
+class ChildRef {
+  static_assert(std::is_base_of_v<Module, T>, "accel::nn::ChildRef<T>: T must be a Module subclass");
+
+ public:
+  ChildRef() = default;
+  /// The handle on `parent`'s child `name`; KeyError when there is none.
+  ChildRef(const Module& parent, std::string_view name) : parent_(&parent), slot_(parent.find_child_slot(name)) {
+    if (!slot_) {
+      throw KeyError(parent.class_name() + " has no child '" + std::string(name) + "' to refer to");
+    }
+    (void)get();  // the registered child must be a T already
+  }
+  /// A handle on the same slot, seen as a base class U of T.
+  template <class U>
+    requires(std::is_base_of_v<T, U> && !std::is_same_v<T, U>)
+  ChildRef(const ChildRef<U>& other) : parent_(other.parent_), slot_(other.slot_) {}
+
+  /// The child now in the slot.
+  T* get() const {
+    Module* m = slot_ ? slot_->get() : nullptr;
+    if constexpr (std::is_same_v<T, Module>) {
+      return m;
+    } else {
+      if (m != seen_) {
+        typed_ = dynamic_cast<T*>(m);
+        if (m && !typed_) throw wrong_class(*m);
+        seen_ = m;
+      }
+      return typed_;
+    }
+  }
+  T& operator*() const { return *get(); }
+  T* operator->() const { return get(); }
+  explicit operator bool() const { return get() != nullptr; }
+  /// Calls the child: T's typed call path (Module: the type-erased one-tensor entry).
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return (*get())(std::forward<Args>(args)...);
+  }
+
+ private:
+  template <class>
+  friend class ChildRef;
+
+  ValueError wrong_class(const Module& m) const {
+    std::string name;
+    for (const auto& c : parent_->child_slots()) {
+      if (&c.module == slot_) name = c.name;
+    }
+    return ValueError(parent_->class_name() + "." + name + " is now a " + m.class_name() +
+                      ", which is not the class the parent calls there (" + std::string(nested::type_name<T>()) +
+                      "): a replacement for a child called with several arguments must derive from its class");
+  }
+
+  const Module* parent_ = nullptr;
+  const std::shared_ptr<Module>* slot_ = nullptr;
+  mutable Module* seen_ = nullptr;  // the child typed_ was computed for
+  mutable T* typed_ = nullptr;
 };
 
 }  // namespace accel::nn

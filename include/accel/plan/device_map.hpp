@@ -113,7 +113,7 @@ class DeviceMap {
   std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> index_;  // name -> position in entries_
 };
 
-/// A DeviceMap that names the policy bundle its model runs under (DESIGN.md: DeviceMap takes a
+/// A DeviceMap that names the policy bundle its model runs under (docs/design.md: DeviceMap takes a
 /// bundle with defaults). It adds no data and is a DeviceMap, so every function taking one takes
 /// it; the type carries, at compile time, the precision the weights are held in and how offloaded
 /// weights travel, for the planner (infer_auto_device_map<P>) and for dispatch.

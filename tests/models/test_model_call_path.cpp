@@ -1,0 +1,113 @@
+// The models on the one call path: a child replaced after construction is the one that runs, and
+// the KV cache and positions follow the hook's execution device while weights sit on meta.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accel/dispatch/load_pretrained.hpp"
+#include "accel/models/generate.hpp"
+#include "accel/models/models.hpp"
+
+using namespace accel;
+
+namespace {
+
+std::filesystem::path model_fixture(const std::string& name) {
+  return std::filesystem::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name;
+}
+
+/// Wraps a module: calls it through its type-erased entry and counts the calls.
+struct CountingWrapper : nn::Module {
+  explicit CountingWrapper(std::shared_ptr<nn::Module> inner) : Module("CountingWrapper") {
+    register_module("inner", std::move(inner));
+  }
+  Tensor forward(const Tensor& x) override {
+    ++calls;
+    return (*find_child("inner"))(x);
+  }
+  int calls = 0;
+};
+
+struct ZeroModule : nn::Module {
+  ZeroModule() : Module("ZeroModule") {}
+  Tensor forward(const Tensor& x) override { return Tensor::zeros(x.shape(), x.dtype()); }
+};
+
+/// Parks its module's weights on meta between calls and brings them back for each call: the
+/// shape of an offload hook, with the execution device it reports.
+struct ParkingHook : nn::ModuleHook {
+  std::vector<std::pair<nn::ParameterPtr*, Tensor>> kept;
+  int calls = 0;
+  void init_hook(nn::Module& m) override {
+    for (auto& [name, cell] : m.named_parameter_cells()) {
+      auto* slot = m.find_tensor_cell(name);
+      kept.emplace_back(slot, cell->data);
+      *slot = std::make_shared<nn::Parameter>(nn::Parameter{Tensor::empty(cell->data.shape(), cell->data.dtype(), Device::meta())});
+    }
+  }
+  void pre_forward(nn::Module&, const nn::TensorRefs&) override {
+    ++calls;
+    for (auto& [slot, t] : kept) (*slot)->data = t;
+  }
+  void post_forward(nn::Module&, const nn::TensorRefs&) override {
+    for (auto& [slot, t] : kept) (*slot)->data = Tensor::empty(t.shape(), t.dtype(), Device::meta());
+  }
+  std::optional<Device> execution_device() const override { return Device::cpu(); }
+};
+
+Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{1, 5, 9, 2}, Shape{1, 4}); }
+
+}  // namespace
+
+TEST_CASE("A child replaced after construction is the one the model runs", "[models][call_path]") {
+  for (const auto& [name, path] : {std::pair<std::string, std::string>{"tiny_llama", "model.layers.0.mlp"},
+                                   {"tiny_gpt2", "transformer.h.0.mlp"}}) {
+    INFO(name);
+    auto p = dispatch::load_pretrained_causal_lm(model_fixture(name), {.show_progress = false});
+    nn::Module& root = p.model->module();
+    const Tensor before = p.model->logits(prompt());
+    const auto dot = path.rfind('.');
+    nn::Module& parent = root.get_submodule(path.substr(0, dot));
+    const std::string child = path.substr(dot + 1);
+    std::shared_ptr<nn::Module> original = *parent.find_child_slot(child);
+    auto wrapper = parent.replace_module(child, std::make_shared<CountingWrapper>(original));
+    CHECK(p.model->logits(prompt()).to_vector<float>() == before.to_vector<float>());
+    CHECK(wrapper->calls == 1);
+    parent.replace_module(child, std::make_shared<ZeroModule>());
+    CHECK(p.model->logits(prompt()).to_vector<float>() != before.to_vector<float>());
+    parent.replace_module(child, original);
+    CHECK(p.model->logits(prompt()).to_vector<float>() == before.to_vector<float>());
+  }
+}
+
+TEST_CASE("Cache and positions follow the hook while weights sit on meta", "[models][call_path]") {
+  for (const auto& [name, layers] : {std::pair<std::string, std::string>{"tiny_llama", "model.layers"},
+                                     {"tiny_gpt2", "transformer.h"}}) {
+    INFO(name);
+    auto p = dispatch::load_pretrained_causal_lm(model_fixture(name), {.show_progress = false});
+    nn::Module& root = p.model->module();
+    const models::GenerationConfig cfg{.max_new_tokens = 6, .ignore_eos = true};
+    const auto plain = models::generate(*p.model, prompt(), cfg).new_tokens;
+
+    // Every decoder layer's weights go to meta between calls; so do GPT-2's position embeddings.
+    std::vector<std::shared_ptr<ParkingHook>> hooks;
+    for (auto* layer : root.get_submodule(layers).children()) {
+      hooks.push_back(std::make_shared<ParkingHook>());
+      layer->set_hook(hooks.back());
+    }
+    if (name == "tiny_gpt2") {
+      hooks.push_back(std::make_shared<ParkingHook>());
+      root.get_submodule("transformer.wpe").set_hook(hooks.back());
+    }
+    REQUIRE(root.get_submodule(layers + ".0").find_parameter(name == "tiny_gpt2" ? "attn.c_attn.weight"
+                                                                                 : "self_attn.q_proj.weight")
+                ->is_meta());
+    for (const Device& d : p.model->layer_devices()) CHECK(d == Device::cpu());
+    CHECK(models::generate(*p.model, prompt(), cfg).new_tokens == plain);
+    CHECK(hooks.front()->calls == 6);  // the prefill and five decode steps
+    for (auto* layer : root.get_submodule(layers).children()) layer->set_hook(nullptr);
+  }
+}
