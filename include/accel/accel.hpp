@@ -1,4 +1,4 @@
-// The umbrella header: every public facility of accel, layer by layer (DESIGN.md). Each layer's
+// The umbrella header: every public facility of accel, layer by layer (docs/design.md). Each layer's
 // headers can also be included on their own; this one is for programs that want everything.
 #pragma once
 
@@ -51,6 +51,8 @@
 #include "accel/plan/module_sizes.hpp"
 #include "accel/plan/runtime_reserve.hpp"
 #include "accel/plan/shard_checkpoint.hpp"
+
+#include "accel/hooks/hooks.hpp"
 
 #include "accel/dispatch/load_checkpoint.hpp"
 

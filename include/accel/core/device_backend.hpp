@@ -92,6 +92,8 @@ struct DeviceBackend {
   void (*fill)(Device d, void* dst, const void* pattern, std::size_t pattern_bytes, std::size_t count) = nullptr;
   /// Waits for all work queued on GPU `index`.
   void (*synchronize)(int index) = nullptr;
+  /// Free and total bytes of GPU `index` as the driver sees them (other processes included).
+  void (*mem_get_info)(int index, std::size_t* free_bytes, std::size_t* total_bytes) = nullptr;
 
   // ---- kernel slots (backend/cuda/kernels.cuh); false: no kernel for the request ----
   /// Converts `n` contiguous elements on GPU d, queued on its current stream.

@@ -14,6 +14,8 @@
 #include <charconv>
 #include <cstdint>
 #include <cctype>
+#include <fstream>
+#include <optional>
 #include <initializer_list>
 #include <ostream>
 #include <limits>
@@ -26,6 +28,7 @@
 #include "accel/core/byte_size.hpp"
 #include "accel/core/checked.hpp"
 #include "accel/core/device.hpp"
+#include "accel/core/device_backend.hpp"
 #include "accel/core/errors.hpp"
 
 namespace accel::plan {
@@ -112,6 +115,38 @@ class MaxMemory {
 
   std::vector<Entry> entries_;
 };
+
+/// Bytes the kernel says a new allocation can take without swapping (MemAvailable of
+/// /proc/meminfo, what psutil's virtual_memory().available reads); nullopt when unreadable.
+inline std::optional<std::uint64_t> available_cpu_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return checked_mul<std::uint64_t>(kb, 1024, "MemAvailable");
+  }
+  return std::nullopt;
+}
+
+/// Accelerate's get_max_memory() with no argument: each GPU's free memory now (cudaMemGetInfo)
+/// and the CPU memory available to a new allocation. No "disk" entry: the planner adds an
+/// unbounded one.
+inline MaxMemory get_max_memory() {
+  MaxMemory mm;
+  const DeviceBackend& b = cuda_backend();
+  const int gpus = cuda_device_count();
+  for (int i = 0; i < gpus; ++i) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (b.mem_get_info) b.mem_get_info(i, &free_bytes, &total_bytes);
+    mm.add(Placement::gpu(i), ByteSize(static_cast<std::int64_t>(free_bytes)));
+  }
+  const auto cpu = available_cpu_memory();
+  if (!cpu) throw IOError("get_max_memory: cannot read MemAvailable from /proc/meminfo; pass max_memory explicitly");
+  mm.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(*cpu)));
+  return mm;
+}
 
 /// Accelerate's get_max_memory for an explicit dictionary: a MaxMemory is already in Accelerate's
 /// device order, so this only refuses negative budgets (ValueError). (Probing the machine is the

@@ -558,6 +558,11 @@ inline const bool runtime_registered = [] {
     runtime().fill(d, dst, pattern, pattern_bytes, count);
   };
   b.synchronize = [](int index) { cuda::synchronize(index); };
+  b.mem_get_info = [](int index, std::size_t* free_bytes, std::size_t* total_bytes) {
+    const MemInfo m = mem_get_info(index);
+    *free_bytes = m.free_bytes;
+    *total_bytes = m.total_bytes;
+  };
   return true;
 }();
 }  // namespace detail

@@ -1,0 +1,314 @@
+// AlignDevicesHook<Offload>: Accelerate's hook that runs a module on its execution device,
+// bringing offloaded weights there for each call and parking them on meta after it.
+//
+//   AlignDevicesHook<> hook({.execution_device = Device::cpu(), .offload = true, .weights_map = map.prefixed("lm_head.")});
+//   add_hook_to_module(lm_head, std::make_shared<AlignDevicesHook<>>(hook));
+//   has_offloaded_params(module)   the module's hook offloads
+//
+// Behaviour (Accelerate's, option by option):
+// - execution_device: where forward runs. pre_forward moves every argument tensor there
+//   (send_to_device), leaving map entries named in skip_keys alone; Module::execution_device()
+//   reports it, so the KV cache and positions are made there.
+// - offload = false: init_hook moves the module's tensors (its own, or its whole subtree with
+//   place_submodules) to the execution device once.
+// - offload = true: init_hook parks the tensors on meta (buffers too with offload_buffers; others
+//   go to the execution device); each call materialises them from weights_map on the execution
+//   device (cast to the module's dtype), and post_forward parks them again. Without a weights map
+//   the module's own tensors, on the CPU, are the offloaded copies.
+// - io_same_device: outputs go back to the device of the first argument tensor.
+// - tied_params_map: shared between hooks; a weight tied across modules and already materialised
+//   on the device is reused, and each hook removes the copies it made after its call.
+// - detach_hook puts the module's own cells back, with what they held before the hook.
+//
+// Tied weights: a module's slots share a cell with their tied partners (nn/module.hpp). Parking
+// writes a cell, so the hook first re-points the module's own slots to cells of its own: parking
+// lm_head leaves embed_tokens' weight where it is. Names of the hooked subtree that share a cell
+// keep sharing one (the hook's). A move to another device (offload = false) re-points the slot
+// the same way, so a tie split across devices keeps one copy on each, as Accelerate's re-bound
+// parameters do.
+//
+// The Offload policy (policy/offload.hpp) is how weights travel: sync_offload copies them in
+// before the forward, as Accelerate does (no_offload also names this hook: it only aligns
+// devices unless `offload` is set).
+//
+// Differences from Accelerate:
+// - A weight whose shape in weights_map differs from the module's is a ShapeError naming the
+//   module, the tensor and both shapes (Accelerate loads it silently).
+// - With no execution device the arguments stay where they are (Accelerate would call .to(None)).
+// - Moving a module whose weights the hook parks (Module::to) is a DeviceError; Accelerate warns
+//   and moves the meta tensors.
+// - The 8-bit SCB statistics of bitsandbytes are not looked up (quantized layers bring their own
+//   state).
+#pragma once
+
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "accel/core/device.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/hooks/model_hook.hpp"
+#include "accel/hooks/weights_map.hpp"
+#include "accel/io/state_dict.hpp"
+#include "accel/nested/traits.hpp"
+#include "accel/nn/module.hpp"
+#include "accel/nn/set_tensor.hpp"
+#include "accel/policy/offload.hpp"
+
+namespace accel::hooks {
+
+/// AlignDevicesHook's keyword arguments, with Accelerate's names and defaults.
+struct AlignDevicesOptions {
+  /// Where forward runs; nullopt: where the arguments already are.
+  std::optional<Device> execution_device{};
+  /// Park the module's weights on meta between calls, loading them from weights_map for each call.
+  bool offload = false;
+  /// Send outputs back to the device of the first argument tensor.
+  bool io_same_device = false;
+  /// Where offloaded weights are read (names relative to the module); empty: the module's own
+  /// tensors, moved to the CPU, are the offloaded copies.
+  WeightsMap weights_map{};
+  /// Offload the buffers too (otherwise they live on the execution device).
+  bool offload_buffers = false;
+  /// Handle the tensors of the whole subtree, not only the module's direct ones.
+  bool place_submodules = false;
+  /// Map keys of the arguments (and outputs) not to move.
+  std::vector<std::string> skip_keys{};
+  /// Copies of tied weights per device, shared between the hooks of one model.
+  std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
+};
+
+/// What every AlignDevicesHook<Offload> has, whatever its policy: how has_offloaded_params and
+/// align_module_device see it.
+class AlignDevicesHookBase : public ModelHook {
+ public:
+  explicit AlignDevicesHookBase(AlignDevicesOptions o) : o_(std::move(o)), skip_(o_.skip_keys) {
+    if (o_.execution_device && o_.execution_device->is_meta()) o_.tied_params_map.reset();  // meta has no copies
+  }
+  const AlignDevicesOptions& options() const noexcept { return o_; }
+  bool offload() const noexcept { return o_.offload; }
+  std::optional<Device> execution_device() const override { return o_.execution_device; }
+  /// Changes where the next calls run (Accelerate assigns `hook.execution_device`).
+  void set_execution_device(std::optional<Device> d) { o_.execution_device = d; }
+
+  void init_hook(nn::Module& module) override {
+    module_ = &module;
+    if (!o_.offload) {
+      if (o_.execution_device) {
+        for (const auto& t : module_tensors(module, true, o_.place_submodules, false)) place(module, t, *o_.execution_device);
+      }
+      return;
+    }
+    io::StateDict own_copies;  // the default weights map: the module's tensors on the CPU
+    std::map<const nn::Parameter*, nn::ParameterPtr> parked;  // original cell -> the hook's cell
+    for (const auto& t : module_tensors(module, o_.offload_buffers, o_.place_submodules, true)) {
+      nn::ParameterPtr& slot = *t.slot;
+      Managed m{t.name, t.slot, slot, nullptr, slot->data.shape(), slot->data.dtype()};
+      if (!o_.weights_map && !slot->data.is_meta()) own_copies.insert_or_assign(t.name, slot->data.to(Device::cpu()));
+      auto& cell = parked[slot.get()];
+      if (!cell) cell = std::make_shared<nn::Parameter>(nn::Parameter{meta_like(slot->data), slot->requires_grad});
+      m.own = cell;
+      slot = cell;
+      managed_.push_back(std::move(m));
+    }
+    if (!o_.weights_map) weights_ = WeightsMap(std::move(own_copies));
+    else weights_ = o_.weights_map;
+    if (o_.execution_device) {
+      // Buffers that are not offloaded live on the execution device (only non-persistent ones
+      // when buffers are offloaded: those are never in a weights map).
+      for (const auto& t : module_tensors(module, true, o_.place_submodules, false)) {
+        if (!t.is_buffer || (o_.offload_buffers && t.persistent)) continue;
+        place(module, t, *o_.execution_device);
+      }
+    }
+  }
+
+  void pre_forward(nn::Module& module, const TensorRefs& args) override {
+    if (o_.io_same_device) {
+      input_device_.reset();
+      args.for_each([&](Tensor& t) {
+        if (!input_device_ && t.defined()) input_device_ = t.device();
+      });
+    }
+    if (o_.offload) materialize(module);
+    if (o_.execution_device) {
+      const Device d = *o_.execution_device;
+      args.for_each([&](Tensor& t) {
+        if (t.defined() && t.device() != d) t = t.to(d);
+      }, &skip_);
+    }
+  }
+
+  void post_forward(nn::Module&, const TensorRefs& outputs) override {
+    if (o_.offload) park();
+    if (o_.io_same_device && input_device_) {
+      const Device d = *input_device_;
+      outputs.for_each([&](Tensor& t) {
+        if (t.defined() && t.device() != d) t = t.to(d);
+      }, &skip_);
+    }
+  }
+
+  void detach_hook(nn::Module&) override {
+    park();
+    for (auto& m : managed_) *m.slot = m.original;
+    managed_.clear();
+    module_ = nullptr;
+  }
+
+  /// Moving a module whose weights this hook parks is refused; moving a dispatched model (its root
+  /// hook aligns the inputs) warns once, as Accelerate's wrapped `model.to` does.
+  void before_module_to(nn::Module& module, Device device) override {
+    if (o_.offload) {
+      throw DeviceError(module.class_name() + ": its weights are offloaded (on meta between calls); remove the hooks "
+                        "(remove_hook_from_submodules) before moving the model to " + device.str());
+    }
+    if (o_.io_same_device && !warned_) {  // the root's hook speaks for the dispatched model
+      std::clog << "accel: you shouldn't move a model that is dispatched using accelerate hooks (" << module.class_name()
+                << " to " << device.str() << ")\n";
+      warned_ = true;
+    }
+  }
+
+  /// Brings the offloaded weights to the execution device (what pre_forward does before the
+  /// arguments move); align_module_device uses it on its own.
+  void materialize(nn::Module& module) {
+    const Device d = o_.execution_device.value_or(Device::cpu());
+    added_.clear();
+    for (auto& m : managed_) {
+      if (!m.own->data.is_meta()) continue;  // a tied name of this hook already brought it
+      if (o_.tied_params_map) {
+        auto it = o_.tied_params_map->find({m.original.get(), d});
+        if (it != o_.tied_params_map->end()) {
+          m.own->data = it->second;
+          continue;
+        }
+      }
+      Tensor value = weights_.at(m.name);
+      if (value.shape() != m.shape) {
+        throw ShapeError(module.class_name() + ": offloaded weight '" + weights_.prefix() + m.name + "' has shape " +
+                         value.shape().str() + " in the weights map but " + m.shape.str() + " in the module");
+      }
+      m.own->data = value.to(d, m.dtype);
+      if (o_.tied_params_map) {
+        o_.tied_params_map->emplace(std::pair{m.original.get(), d}, m.own->data);
+        added_.emplace_back(m.original.get(), d);
+      }
+    }
+  }
+  /// Puts the offloaded weights back on meta and drops the tied copies this hook made.
+  void park() {
+    for (auto& m : managed_) {
+      if (!m.own->data.is_meta()) m.own->data = meta_like(m.own->data);
+    }
+    if (o_.tied_params_map) {
+      for (const auto& key : added_) o_.tied_params_map->erase(key);
+    }
+    added_.clear();
+  }
+
+ protected:
+  struct Managed {
+    std::string name;              ///< relative to the hooked module
+    nn::ParameterPtr* slot;        ///< the module's slot
+    nn::ParameterPtr original;     ///< the cell the slot held before the hook
+    nn::ParameterPtr own;          ///< the hook's cell, meta between calls
+    Shape shape;
+    DType dtype;
+  };
+  struct TensorSlot {
+    std::string name;
+    nn::ParameterPtr* slot;
+    bool is_buffer, persistent;
+  };
+
+  static Tensor meta_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), Device::meta()); }
+
+  /// Accelerate's named_module_tensors: parameters (each cell once), then buffers if asked,
+  /// leaving out non-persistent buffers when asked; names relative to `module`.
+  static std::vector<TensorSlot> module_tensors(nn::Module& module, bool include_buffers, bool recurse,
+                                                bool remove_non_persistent) {
+    std::vector<TensorSlot> out;
+    const auto modules = recurse ? module.named_modules() : nn::Module::Named<nn::Module*>{{"", &module}};
+    auto full = [](const std::string& prefix, const std::string& n) { return prefix.empty() ? n : prefix + "." + n; };
+    for (const auto& [prefix, m] : modules) {
+      for (const auto& p : m->parameter_slots()) {
+        out.push_back({full(prefix, p.name), m->find_tensor_cell(p.name), false, true});
+      }
+    }
+    if (include_buffers) {
+      for (const auto& [prefix, m] : modules) {
+        for (const auto& b : m->buffer_slots()) {
+          if (remove_non_persistent && !b.persistent) continue;
+          out.push_back({full(prefix, b.name), m->find_tensor_cell(b.name), true, b.persistent});
+        }
+      }
+    }
+    return out;
+  }
+
+  /// Moves one tensor to `d`, on a cell of the module's own when its cell lives elsewhere (a tie
+  /// split across devices keeps a copy on each); copies already on `d` for a tied cell are reused.
+  void place(nn::Module& module, const TensorSlot& t, Device d) {
+    nn::ParameterPtr& slot = *t.slot;
+    if (!slot->data.defined() || slot->data.device() == d) return;
+    if (slot->data.is_meta()) {
+      throw ValueError(module.class_name() + ": '" + t.name + "' is on the meta device and the hook has no value to put it on " +
+                       d.str() + " (offload it, or load the weights first)");
+    }
+    Tensor moved;
+    if (o_.tied_params_map) {
+      auto it = o_.tied_params_map->find({slot.get(), d});
+      if (it != o_.tied_params_map->end()) moved = it->second;
+    }
+    if (!moved.defined()) {
+      moved = slot->data.to(d);
+      if (o_.tied_params_map) o_.tied_params_map->emplace(std::pair{slot.get(), d}, moved);
+    }
+    slot = std::make_shared<nn::Parameter>(nn::Parameter{moved, slot->requires_grad});
+  }
+
+  AlignDevicesOptions o_;
+  nested::skip_keys skip_;
+  WeightsMap weights_;
+  std::vector<Managed> managed_;
+  std::vector<std::pair<const nn::Parameter*, Device>> added_;
+  std::optional<Device> input_device_;
+  nn::Module* module_ = nullptr;
+  bool warned_ = false;
+};
+
+/// Accelerate's AlignDevicesHook, its offloaded weights travelling as `Offload` says (see the
+/// header comment).
+template <policy::Offload Offload = policy::sync_offload>
+class AlignDevicesHook : public AlignDevicesHookBase {
+ public:
+  using offload_policy = Offload;
+  explicit AlignDevicesHook(AlignDevicesOptions o = {}) : AlignDevicesHookBase(std::move(o)) {}
+};
+
+/// True when `module`'s hook (or a hook of its chain) is an AlignDevicesHook that offloads.
+inline bool has_offloaded_params(const nn::Module& module) {
+  const auto* h = dynamic_cast<const AlignDevicesHookBase*>(module.hook().get());
+  if (h) return h->offload();
+  if (const auto* seq = dynamic_cast<const SequentialHook<HookList>*>(module.hook().get())) {
+    for (const auto& inner : seq->hooks()) {
+      const auto* a = dynamic_cast<const AlignDevicesHookBase*>(inner.get());
+      if (a && a->offload()) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace accel::hooks
+
+namespace accel {
+using hooks::AlignDevicesHook;
+using hooks::AlignDevicesOptions;
+using hooks::has_offloaded_params;
+}  // namespace accel

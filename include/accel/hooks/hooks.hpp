@@ -1,0 +1,8 @@
+// The hooks layer: ModelHook and SequentialHook, AlignDevicesHook<Offload>, the attach helpers and
+// the CPU-offload hooks.
+#pragma once
+
+#include "accel/hooks/align_devices_hook.hpp"
+#include "accel/hooks/attach.hpp"
+#include "accel/hooks/model_hook.hpp"
+#include "accel/hooks/weights_map.hpp"

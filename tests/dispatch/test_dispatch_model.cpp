@@ -1,0 +1,231 @@
+// dispatch_model, cpu_offload, disk_offload, cpu_offload_with_hook and
+// load_checkpoint_and_dispatch on the GPT-2 and LLaMA test models: every placement and policy
+// gives the logits and tokens of the plain model, bit for bit; bad offload files are typed errors.
+#include <catch2/catch.hpp>
+
+#include "../temp_dir.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accel/dispatch/big_modeling.hpp"
+#include "accel/dispatch/dispatch_model.hpp"
+#include "accel/dispatch/load_pretrained.hpp"
+#include "accel/io/checkpoint_files.hpp"
+#include "accel/models/generate.hpp"
+#include "accel/models/models.hpp"
+#include "accel/nn/init.hpp"
+
+namespace fs = std::filesystem;
+using namespace accel;
+
+namespace {
+
+fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+
+Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{3, 1, 4, 1, 5, 9}, Shape{1, 6}); }
+
+const models::GenerationConfig greedy{.max_new_tokens = 5, .ignore_eos = true};
+
+struct Reference {
+  std::vector<float> logits;
+  std::vector<std::vector<std::int64_t>> tokens;
+};
+Reference reference(const std::string& name) {
+  auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+  return {p.model->logits(prompt()).to_vector<float>(), models::generate(*p.model, prompt(), greedy).new_tokens};
+}
+
+/// The model of `name` on meta (config.json only), and the path of its checkpoint.
+std::pair<std::shared_ptr<models::CausalLM>, std::string> meta_model(const std::string& name) {
+  const auto config = nlohmann::json::parse(std::ifstream(model_dir(name) / "config.json"));
+  auto guard = nn::init_empty_weights(false);
+  return {models::causal_lm_from_hf_config(config, DType::f32), io::resolve_checkpoint_folder(model_dir(name)).path.string()};
+}
+
+/// One key per block: the base model's children (decoder layers one by one) and lm_head; layer i
+/// and the head go to `odd` when i is odd, the rest to `even`.
+DeviceMap block_map(nn::Module& root, Placement even, Placement odd, Placement head) {
+  DeviceMap dm;
+  const std::string base = root.find_submodule("transformer") ? "transformer" : "model";
+  const std::string list = base == "transformer" ? "h" : "layers";
+  for (const auto& [child, m] : root.get_submodule(base).named_children()) {
+    if (child == list) {
+      for (std::size_t i = 0; i < m->children().size(); ++i) {
+        dm.set(base + "." + list + "." + std::to_string(i), i % 2 ? odd : even);
+      }
+    } else {
+      dm.set(base + "." + child, even);
+    }
+  }
+  dm.set("lm_head", head);
+  return dm;
+}
+
+std::size_t meta_tensors(const nn::Module& m) {
+  std::size_t n = 0;
+  for (const auto& [name, t] : m.state_dict()) n += t.is_meta() ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("Every placement gives the plain model's logits and tokens", "[dispatch][offload]") {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_llama_tied_headdim"}) {
+    INFO(name);
+    const Reference ref = reference(name);
+    struct Case {
+      const char* what;
+      Placement even, odd, head;
+    };
+    // One placement for everything needs force_hooks (else dispatch_model refuses the disk).
+    for (const Case c : {Case{"cpu and disk", Placement::cpu(), Placement::disk(), Placement::cpu()},
+                         Case{"disk and cpu, head on disk", Placement::disk(), Placement::cpu(), Placement::disk()},
+                         Case{"all on disk", Placement::disk(), Placement::disk(), Placement::disk()}}) {
+      INFO(c.what);
+      accel_test::TempDir dir;
+      auto [lm, ckpt] = meta_model(name);
+      nn::Module& root = lm->module();
+      const DeviceMap dm = block_map(root, c.even, c.odd, c.head);
+      load_checkpoint_in_model(root, ckpt, {.device_map = dm, .offload_folder = dir.str(), .show_progress = false});
+      const bool one_place = c.even == c.odd && c.odd == c.head;
+      if (one_place) CHECK_THROWS_WITH(dispatch_model(root, dm, {.offload_dir = dir.str()}), Catch::Contains("disk_offload"));
+      dispatch_model(root, dm, {.offload_dir = dir.str(), .force_hooks = one_place});
+      CHECK(meta_tensors(root) > 0);
+      CHECK(root.hook() != nullptr);
+      for (const Device& d : lm->layer_devices()) CHECK(d == Device::cpu());
+      CHECK(lm->logits(prompt()).to_vector<float>() == ref.logits);
+      CHECK(models::generate(*lm, prompt(), greedy).new_tokens == ref.tokens);
+      CHECK(meta_tensors(root) > 0);  // parked again after the calls
+      CHECK_THROWS_AS(root.to(Device::cpu()), DeviceError);  // weights on meta: moving is refused
+    }
+  }
+}
+
+TEST_CASE("load_checkpoint_and_dispatch plans, loads and dispatches under a CPU budget", "[dispatch][offload]") {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2"}) {
+    INFO(name);
+    const Reference ref = reference(name);
+    for (const std::string strategy : {"auto", "sequential", "balanced", "balanced_low_0"}) {
+      INFO(strategy);
+      accel_test::TempDir dir;
+      auto [lm, ckpt] = meta_model(name);
+      nn::Module& root = lm->module();
+      std::int64_t total = 0;
+      for (const auto& [n, t] : root.named_parameters()) total += static_cast<std::int64_t>(t.nbytes());
+      // The smallest share of the weights that keeps some of them resident: the planner keeps the
+      // largest layer free on the CPU for the offloaded ones, and in these tiny models the
+      // embedding is a third of everything.
+      MaxMemory mm;
+      for (int tenth = 3; tenth < 10; ++tenth) {
+        mm = MaxMemory{};
+        mm.add(Placement::cpu(), ByteSize(total * tenth / 10));
+        bool cpu = false;
+        for (const auto& [k, p] : dispatch::resolve_device_map(root, strategy, mm, {.no_split_module_classes = root.no_split_modules()})) cpu |= p.is_cpu();
+        if (cpu) break;
+      }
+      DeviceMap used;
+      dispatch::load_checkpoint_and_dispatch(root, ckpt,
+                                             {.device_map = std::string(strategy), .max_memory = mm,
+                                              .no_split_module_classes = root.no_split_modules(),
+                                              .offload_folder = dir.str(), .show_progress = false},
+                                             &used);
+      bool disk = false, cpu = false;
+      for (const auto& [k, p] : used) {
+        disk |= p.is_disk();
+        cpu |= p.is_cpu();
+      }
+      CHECK(disk);
+      CHECK(cpu);
+      CHECK(lm->logits(prompt()).to_vector<float>() == ref.logits);
+      CHECK(models::generate(*lm, prompt(), greedy).new_tokens == ref.tokens);
+    }
+    auto [lm, ckpt] = meta_model(name);
+    CHECK_THROWS_AS(dispatch::load_checkpoint_and_dispatch(lm->module(), ckpt, {.device_map = std::string("fastest")}),
+                    ValueError);
+  }
+}
+
+TEST_CASE("cpu_offload and disk_offload keep the logits; a bad offload file is a typed error", "[dispatch][offload]") {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2"}) {
+    INFO(name);
+    const Reference ref = reference(name);
+    {
+      auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+      cpu_offload(p.model->module(), {.execution_device = Device::cpu()});
+      CHECK(meta_tensors(p.model->module()) > 0);
+      CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
+      CHECK(models::generate(*p.model, prompt(), greedy).new_tokens == ref.tokens);
+    }
+    accel_test::TempDir dir;
+    {
+      auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+      disk_offload(p.model->module(), dir.str());
+      CHECK(fs::is_regular_file(dir.path / "index.json"));
+      CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
+      CHECK(models::generate(*p.model, prompt(), greedy).new_tokens == ref.tokens);
+    }
+    // The folder is reused as it is: a missing file, then a truncated one, name the tensor.
+    const std::string victim = name == "tiny_gpt2" ? "transformer.h.0.mlp.c_fc.weight" : "model.layers.0.mlp.up_proj.weight";
+    const fs::path dat = dir.path / (victim + ".dat");
+    const auto size = fs::file_size(dat);
+    fs::rename(dat, dir.path / "moved.dat");
+    {
+      auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+      disk_offload(p.model->module(), dir.str());
+      CHECK_THROWS_WITH(p.model->logits(prompt()), Catch::Contains(victim));
+    }
+    fs::rename(dir.path / "moved.dat", dat);
+    fs::resize_file(dat, size / 2);
+    {
+      auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+      disk_offload(p.model->module(), dir.str());
+      CHECK_THROWS_WITH(p.model->logits(prompt()), Catch::Contains(victim));
+    }
+  }
+}
+
+TEST_CASE("cpu_offload_with_hook chains three models", "[dispatch][offload]") {
+  std::vector<dispatch::PretrainedModel> models;
+  std::vector<Reference> refs;
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_qwen2"}) {
+    refs.push_back(reference(name));
+    models.push_back(dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false}));
+  }
+  std::shared_ptr<hooks::UserCpuOffloadHook> prev;
+  std::vector<std::shared_ptr<hooks::UserCpuOffloadHook>> handles;
+  for (auto& m : models) {
+    auto [model, hook] = cpu_offload_with_hook(m.model->module(), Device::cpu(), prev);
+    CHECK(&model == &m.model->module());
+    CHECK(hook->hook()->prev_module_hook() == prev);
+    handles.push_back(hook);
+    prev = hook;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < models.size(); ++i) {
+      CHECK(models[i].model->logits(prompt()).to_vector<float>() == refs[i].logits);
+    }
+  }
+  handles.back()->offload();
+  for (auto& h : handles) h->remove();
+  for (auto& m : models) CHECK(m.model->module().hook() == nullptr);
+}
+
+TEST_CASE("dispatch_model checks its map and its folder", "[dispatch][offload]") {
+  auto [lm, ckpt] = meta_model("tiny_llama");
+  nn::Module& root = lm->module();
+  DeviceMap partial;
+  partial.set("lm_head", Placement::cpu());
+  CHECK_THROWS_AS(dispatch_model(root, partial), ValueError);
+  DeviceMap dm = block_map(root, Placement::cpu(), Placement::disk(), Placement::cpu());
+  CHECK_THROWS_WITH(dispatch_model(root, dm), Catch::Contains("offload_dir"));
+  DeviceMap all_disk;
+  all_disk.set("", Placement::disk());
+  CHECK_THROWS_WITH(dispatch_model(root, all_disk), Catch::Contains("disk_offload"));
+  DeviceMap all_cpu;
+  all_cpu.set("", Placement::cpu());
+  CHECK_THROWS_WITH(dispatch_model(root, all_cpu), Catch::Contains("meta"));
+}

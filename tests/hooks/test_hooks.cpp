@@ -1,0 +1,246 @@
+// hooks/: ModelHook chains, add / remove, AlignDevicesHook (offload, weights maps, tied weights,
+// skip_keys, detach), the attach helpers and align_module_device.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accel/hooks/hooks.hpp"
+#include "accel/io/offload.hpp"
+#include "accel/nn/containers.hpp"
+#include "accel/nn/layers.hpp"
+#include "accel/ops/ops.hpp"
+#include "../temp_dir.hpp"
+
+using namespace accel;
+using nn::Module;
+
+namespace {
+
+/// Records the order of its calls in a shared log.
+struct LogHook : hooks::ModelHook {
+  std::vector<std::string>* log;
+  std::string name;
+  LogHook(std::vector<std::string>* l, std::string n) : log(l), name(std::move(n)) {}
+  void init_hook(Module&) override { log->push_back(name + ".init"); }
+  void pre_forward(Module&, const nn::TensorRefs&) override { log->push_back(name + ".pre"); }
+  void post_forward(Module&, const nn::TensorRefs&) override { log->push_back(name + ".post"); }
+  void detach_hook(Module&) override { log->push_back(name + ".detach"); }
+};
+
+/// A hook class for compile-time chains: only pre_forward, no virtual base needed.
+struct AddOne {
+  int* calls;
+  void pre_forward(Module&, const nn::TensorRefs& args) {
+    ++*calls;
+    args.for_each([](Tensor& t) { t = ops::add(t, Tensor::ones(t.shape())); });
+  }
+};
+
+std::shared_ptr<nn::Linear> linear(std::int64_t in, std::int64_t out, float w) {
+  auto l = std::make_shared<nn::Linear>(in, out);
+  l->find_tensor_cell("weight")->get()->data.fill_(w);
+  l->find_tensor_cell("bias")->get()->data.fill_(0.5);
+  return l;
+}
+
+/// embed -> block(a, b) -> head, head's weight tied to embed's.
+struct TinyNet : nn::BasicModule<TinyNet> {
+  TinyNet() : BasicModule("TinyNet") {
+    embed = register_child("embed", linear(4, 4, 0.25f));
+    auto block = std::make_shared<nn::Sequential>();
+    block->push_back(linear(4, 4, 0.5f));
+    block->push_back(linear(4, 4, -0.125f));
+    block->set_class_name("Block");
+    this->block = register_child<Module>("block", block);
+    head = register_child("head", linear(4, 4, 0.0f));
+    head->register_parameter("weight", embed->parameter_cell("weight"));
+    register_buffer("scale", Tensor::full({4}, 2.0));
+  }
+  Tensor forward(const Tensor& x) override {
+    return ops::mul(head(block(embed(x))), get_buffer("scale"));
+  }
+  nn::ChildRef<> embed, block, head;
+};
+
+Tensor input() { return Tensor::from_vector(std::vector<float>{1, -2, 3, 0.5f}, Shape{1, 4}); }
+
+std::size_t meta_count(const Module& m) {
+  std::size_t n = 0;
+  for (const auto& [name, t] : m.state_dict()) n += t.is_meta() ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("add_hook_to_module appends, replaces and removes as Accelerate does", "[hooks]") {
+  std::vector<std::string> log;
+  auto lin = linear(4, 4, 1.0f);
+  hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "a"));
+  hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "b"), /*append=*/true);
+  (*lin)(input());
+  CHECK(log == std::vector<std::string>{"a.init", "a.detach", "a.init", "b.init", "a.pre", "b.pre", "a.post", "b.post"});
+  REQUIRE(dynamic_cast<hooks::SequentialHook<hooks::HookList>*>(lin->hook().get()) != nullptr);
+  log.clear();
+  hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "c"));  // replaces the chain
+  CHECK(log == std::vector<std::string>{"a.detach", "b.detach", "c.init"});
+  log.clear();
+  auto root = std::make_shared<Module>("Root");
+  root->register_module("lin", lin);
+  hooks::add_hook_to_module(*root, std::make_shared<LogHook>(&log, "r"));
+  hooks::remove_hook_from_module(*root);
+  CHECK(lin->hook() != nullptr);
+  hooks::add_hook_to_module(*root, std::make_shared<LogHook>(&log, "r"));
+  hooks::remove_hook_from_submodules(*root);
+  CHECK(root->hook() == nullptr);
+  CHECK(lin->hook() == nullptr);
+  CHECK(log == std::vector<std::string>{"r.init", "r.detach", "r.init", "r.detach", "c.detach"});
+  CHECK_THROWS_AS(hooks::add_hook_to_module(*root, std::shared_ptr<nn::ModuleHook>{}), ValueError);
+}
+
+TEST_CASE("A compile-time chain calls its hooks in order; an empty chain attaches nothing", "[hooks]") {
+  auto lin = linear(4, 4, 1.0f);
+  const Tensor plain = (*lin)(input());
+  hooks::add_hook_to_module(*lin, hooks::SequentialHook<>{});
+  CHECK(lin->hook() == nullptr);
+  int calls = 0;
+  hooks::SequentialHook chain(AddOne{&calls}, AddOne{&calls});  // deduces SequentialHook<AddOne, AddOne>
+  STATIC_REQUIRE(std::is_same_v<decltype(chain), hooks::SequentialHook<AddOne, AddOne>>);
+  hooks::add_hook_to_module(*lin, chain);
+  const Tensor bumped = (*lin)(input());
+  CHECK(calls == 2);
+  // Every input element grew by 2, every weight is 1: each output grew by 4 * 2.
+  CHECK(bumped.to_vector<float>()[0] == Approx(plain.to_vector<float>()[0] + 8.0f));
+}
+
+TEST_CASE("AlignDevicesHook with offload parks weights between calls and restores them on detach", "[hooks][align]") {
+  TinyNet net;
+  const Tensor expect = net(input());
+  const Tensor embed_weight = net.get_parameter("embed.weight");
+  auto hook = std::make_shared<hooks::AlignDevicesHook<>>(
+      hooks::AlignDevicesOptions{.execution_device = Device::cpu(), .offload = true, .place_submodules = true});
+  hooks::add_hook_to_module(net.get_submodule("block"), hook);
+  CHECK(hooks::has_offloaded_params(net.get_submodule("block")));
+  CHECK_FALSE(hooks::has_offloaded_params(net));
+  CHECK(meta_count(net) == 4);  // the block's two weights and two biases
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+  CHECK(meta_count(net) == 4);
+  {
+    auto scope = hooks::align_module_device(net);
+    CHECK(meta_count(net) == 0);
+  }
+  CHECK(meta_count(net) == 4);
+  hooks::remove_hook_from_module(net.get_submodule("block"));
+  CHECK(meta_count(net) == 0);
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+  CHECK(net.get_parameter("embed.weight").data_ptr() == embed_weight.data_ptr());
+}
+
+TEST_CASE("Offloading one end of a tie leaves the other in place", "[hooks][align][tied]") {
+  TinyNet net;
+  const Tensor expect = net(input());
+  auto tied = std::make_shared<nn::TiedParamsMap>();
+  hooks::add_hook_to_module(net.get_submodule("head"),
+                            std::make_shared<hooks::AlignDevicesHook<>>(hooks::AlignDevicesOptions{
+                                .execution_device = Device::cpu(), .offload = true, .tied_params_map = tied}));
+  CHECK(net.get_parameter("head.weight").is_meta());
+  CHECK_FALSE(net.get_parameter("embed.weight").is_meta());
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+  CHECK(tied->empty());  // the copies a hook makes for a call are gone after it
+  // Both ends offloaded and materialised at once share one copy through the map.
+  hooks::add_hook_to_module(net.get_submodule("embed"),
+                            std::make_shared<hooks::AlignDevicesHook<>>(hooks::AlignDevicesOptions{
+                                .execution_device = Device::cpu(), .offload = true, .tied_params_map = tied}));
+  CHECK(net.get_parameter("embed.weight").is_meta());
+  {
+    auto scope = hooks::align_module_device(net);
+    CHECK(net.get_parameter("embed.weight").data_ptr() == net.get_parameter("head.weight").data_ptr());
+  }
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+  hooks::remove_hook_from_submodules(net);
+  CHECK(net.find_tensor_cell("embed.weight")->get() == net.find_tensor_cell("head.weight")->get());  // tied again
+}
+
+TEST_CASE("Weights maps: a state dict, an offload folder, prefixes and bad entries", "[hooks][align]") {
+  TinyNet net;
+  const Tensor expect = net(input());
+  accel_test::TempDir dir;
+  io::StateDict sd;
+  for (const auto& [name, t] : net.state_dict()) sd.insert_or_assign(name, t);
+  io::offload_state_dict(dir.str(), sd);
+  auto loader = std::make_shared<io::OffloadedWeightsLoader>(std::nullopt, dir.str());
+  const hooks::WeightsMap all(loader);
+  CHECK(all.prefixed("block.").prefixed("0.").contains("weight"));
+  CHECK_THROWS_WITH(all.prefixed("block.").at("nope"), Catch::Contains("block.nope"));
+
+  // Every weight of the net parked, read back from disk for each call.
+  for (const auto& [name, cell] : net.state_dict_cells()) cell->data = Tensor::empty(cell->data.shape(), cell->data.dtype(), Device::meta());
+  hooks::attach_align_device_hook(net, {.execution_device = Device::cpu(), .offload = true, .weights_map = all,
+                                        .offload_buffers = true});
+  CHECK(net.hook() != nullptr);  // the root holds the `scale` buffer
+  CHECK(net.get_submodule("block").hook() == nullptr);
+  CHECK(net.get_submodule("block.1").hook() != nullptr);
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+  CHECK(meta_count(net) == net.state_dict().size());
+  hooks::remove_hook_from_submodules(net);
+
+  // A map whose weight has another shape than the module's: a ShapeError naming it.
+  io::StateDict wrong;
+  wrong.insert_or_assign("weight", Tensor::zeros({2, 2}));
+  wrong.insert_or_assign("bias", Tensor::zeros({4}));
+  auto lin = linear(4, 4, 1.0f);
+  hooks::add_hook_to_module(*lin, std::make_shared<hooks::AlignDevicesHook<>>(hooks::AlignDevicesOptions{
+                                      .execution_device = Device::cpu(), .offload = true,
+                                      .weights_map = hooks::WeightsMap(wrong).prefixed("")}));
+  CHECK_THROWS_WITH((*lin)(input()), Catch::Contains("'weight'") && Catch::Contains("[2, 2]"));
+}
+
+TEST_CASE("A preload class loads its whole subtree in one hook", "[hooks][align]") {
+  TinyNet net;
+  const Tensor expect = net(input());
+  hooks::attach_align_device_hook(net, {.execution_device = Device::cpu(), .offload = true,
+                                        .preload_module_classes = {"Block"}});
+  auto* block_hook = dynamic_cast<hooks::AlignDevicesHookBase*>(net.get_submodule("block").hook().get());
+  REQUIRE(block_hook != nullptr);
+  CHECK(block_hook->options().place_submodules);
+  CHECK(net.get_submodule("block.0").hook() == nullptr);
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+}
+
+TEST_CASE("Hooks on blocks: per-module devices and offload flags", "[hooks][align]") {
+  TinyNet net;
+  const Tensor expect = net(input());
+  hooks::attach_align_device_hook_on_blocks(
+      net, hooks::BlockAttachOptions{.execution_device = {{"embed", Device::cpu()}, {"block", Device::cpu()}, {"head", Device::cpu()}},
+                                     .offload = {{"embed", false}, {"block", true}, {"head", false}}});
+  CHECK(net.hook() != nullptr);  // the root aligns the inputs
+  CHECK(hooks::has_offloaded_params(net.get_submodule("block.0")));
+  CHECK_FALSE(hooks::has_offloaded_params(net.get_submodule("embed")));
+  CHECK(net.get_parameter("block.0.weight").is_meta());
+  CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
+  CHECK_THROWS_AS(hooks::attach_align_device_hook_on_blocks(
+                      net, hooks::BlockAttachOptions{.execution_device = {{"embed", Device::cpu()}}}),
+                  ValueError);
+}
+
+TEST_CASE("Arguments move to the execution device except skipped keys", "[hooks][align]") {
+  struct Recorder : nn::BasicModule<Recorder> {
+    Recorder() : BasicModule("Recorder") {}
+    std::map<std::string, Device> seen;
+    Tensor forward(const std::map<std::string, Tensor>& in) {
+      for (const auto& [k, t] : in) seen.insert_or_assign(k, t.device());
+      return Tensor::zeros({1});
+    }
+  };
+  Recorder r;
+  hooks::add_hook_to_module(r, std::make_shared<hooks::AlignDevicesHook<>>(hooks::AlignDevicesOptions{
+                                   .execution_device = Device::meta(), .skip_keys = {"past_key_values"}}));
+  std::map<std::string, Tensor> in{{"hidden", Tensor::ones({2})}, {"past_key_values", Tensor::ones({2})}};
+  r(in);
+  CHECK(r.seen.at("hidden") == Device::meta());
+  CHECK(r.seen.at("past_key_values") == Device::cpu());
+  CHECK(in.at("hidden").device() == Device::cpu());  // the caller's map is not moved
+  CHECK(r.execution_device() == Device::meta());
+}
