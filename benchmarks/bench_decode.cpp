@@ -40,6 +40,7 @@
 #include "accel/io/safetensors_write.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/models/llama.hpp"
+#include "common/llama_bench_model.hpp"
 
 namespace {
 
@@ -51,21 +52,6 @@ double seconds_since(clock_type::time_point t0) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-/// Random weights, ~N(0, 0.02)-sized, written in the tensor's dtype in parallel.
-void fill_random(accel::Tensor& t, std::uint64_t seed) {
-  accel::Tensor f = accel::Tensor::empty(t.shape(), accel::DType::f32);
-  float* p = f.data_ptr<float>();
-  const auto n = static_cast<std::size_t>(f.numel());
-  accel::parallel_for(n, 1 << 16, [&](std::size_t b, std::size_t e) {
-    std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + b;
-    for (std::size_t i = b; i < e; ++i) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      p[i] = (static_cast<float>(s >> 40) / static_cast<float>(1 << 24) - 0.5f) * 0.07f;
-    }
-  });
-  t.copy_(f);
 }
 
 /// GB/s of a read (sum) of `buf` on every thread: a plain reduction the compiler vectorizes.
@@ -163,15 +149,10 @@ Args parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  accel::models::LlamaConfig c;
-  c.vocab_size = a.vocab, c.hidden_size = a.embd, c.intermediate_size = a.ff, c.num_hidden_layers = a.layers;
-  c.num_attention_heads = a.heads, c.num_key_value_heads = a.kv_heads, c.max_position_embeddings = 4096;
-  c.eos_token_ids = {};
-  auto lm = std::make_shared<accel::models::LlamaForCausalLM<>>(c, a.dtype);
-  std::uint64_t seed = 1;
+  const accel_bench::LlamaShape shape{a.layers, a.embd, a.ff, a.heads, a.kv_heads, a.vocab};
+  auto lm = accel_bench::random_llama(shape, a.dtype);
   std::int64_t params = 0, streamed_bytes = 0;
   for (auto& [name, cell] : lm->named_parameter_cells()) {
-    fill_random(cell->data, seed++);
     params += cell->data.numel();
     if (name != "model.embed_tokens.weight") streamed_bytes += static_cast<std::int64_t>(cell->data.nbytes());
   }
@@ -191,15 +172,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Loaded> loaded;
   if (!a.folder.empty()) {
-    std::filesystem::create_directories(a.folder);
-    accel::io::save_file(lm->state_dict(), a.folder + "/model.safetensors", {{"format", "pt"}});
-    const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                                   {"vocab_size", a.vocab}, {"hidden_size", a.embd}, {"intermediate_size", a.ff},
-                                   {"num_hidden_layers", a.layers}, {"num_attention_heads", a.heads},
-                                   {"num_key_value_heads", a.kv_heads}, {"max_position_embeddings", 4096},
-                                   {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false},
-                                   {"torch_dtype", std::string(accel::dtype_name(a.dtype))}, {"hidden_act", "silu"}};
-    std::ofstream(a.folder + "/config.json") << config.dump(2);
+    accel_bench::write_llama_folder(*lm, shape, a.dtype, a.folder);
     for (const bool copy : {false, true}) {
       auto p = accel::dispatch::load_pretrained_causal_lm(a.folder, {.show_progress = false, .disable_mmap = copy});
       loaded.push_back({copy ? "loaded, copied (disable_mmap)" : "loaded, mapped (default)", p.model, p.load_seconds, {}});

@@ -11,17 +11,26 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include "accel/backend/cuda/runtime.hpp"
 #include "accel/core/convert.hpp"
 #include "accel/core/memory_stats.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/dispatch/big_modeling.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
+#include "accel/io/checkpoint_files.hpp"
+#include "accel/nn/init.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/ops/ops.hpp"
 #include "cuda_side.hpp"
@@ -526,4 +535,79 @@ TEST_CASE("cuda models: GPT-2 and LLaMA-family forwards and cached decoding on a
       CHECK(dev.model->make_cache(1, 16).layer(0).key().device() == gpu);
     }
   }
+}
+
+namespace {
+/// One key per block of a LLaMA model: embed and even layers on `even`, odd layers and the head on `odd`.
+accel::DeviceMap llama_block_map(accel::nn::Module& root, accel::Placement even, accel::Placement odd) {
+  accel::DeviceMap dm;
+  for (const auto& [child, m] : root.get_submodule("model").named_children()) {
+    if (child == "layers") {
+      for (std::size_t i = 0; i < m->children().size(); ++i) dm.set("model.layers." + std::to_string(i), i % 2 ? odd : even);
+    } else {
+      dm.set("model." + child, even);
+    }
+  }
+  dm.set("lm_head", odd);
+  return dm;
+}
+}  // namespace
+
+TEST_CASE("cuda dispatch: blocks on the GPU, the CPU and disk give the logits of the model on the GPU", "[cuda][dispatch]") {
+  ACCEL_REQUIRE_GPU();
+  const std::string dir = models_dir() + "/tiny_llama";
+  const std::vector<std::int64_t> prompt{5, 17, 3, 40, 22, 9, 11, 30};
+  const Tensor ids = Tensor::from_vector(prompt, Shape{1, 8});
+  auto whole = accel::dispatch::load_pretrained_causal_lm(dir, {.show_progress = false});
+  whole.model->module().to(gpu);
+  const std::vector<float> expect = whole.model->logits(ids.to(gpu), nullptr, 0).to(Device::cpu()).to_vector<float>();
+  const accel::models::GenerationConfig greedy{.max_new_tokens = 6, .ignore_eos = true};
+  const auto tokens = accel::models::generate(*whole.model, ids.to(gpu), greedy).new_tokens[0];
+
+  const auto offload_dir = std::filesystem::temp_directory_path() / ("accel_cuda_dispatch_" + std::to_string(::getpid()));
+  for (const accel::Placement other : {accel::Placement::cpu(), accel::Placement::disk()}) {
+    INFO(other.str());
+    std::filesystem::remove_all(offload_dir);
+    const auto config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+    std::shared_ptr<accel::models::CausalLM> lm;
+    {
+      auto guard = accel::nn::init_empty_weights(false);
+      lm = accel::models::causal_lm_from_hf_config(config, DType::f32);
+    }
+    auto& root = lm->module();
+    const accel::DeviceMap dm = llama_block_map(root, accel::Placement::gpu(0), other);
+    accel::load_checkpoint_in_model(root, accel::io::resolve_checkpoint_folder(dir).path.string(),
+                                    {.device_map = dm, .offload_folder = offload_dir.string(), .show_progress = false});
+    const std::size_t before = accel::memory_stats(gpu).allocated_bytes;
+    accel::dispatch_model(root, dm, {.offload_dir = offload_dir.string()});
+    for (const Device& d : lm->layer_devices()) CHECK(d == gpu);
+    const Tensor out = lm->logits(ids, nullptr, 0);  // inputs on the CPU: the root's hook moves them
+    CHECK(out.device() == Device::cpu());            // and brings the outputs back
+    CHECK(out.to_vector<float>() == expect);
+    CHECK(accel::models::generate(*lm, ids, greedy).new_tokens[0] == tokens);
+    (void)before;
+  }
+  std::filesystem::remove_all(offload_dir);
+
+  // cpu_offload to the GPU, and the three-model pipeline of cpu_offload_with_hook.
+  auto a = accel::dispatch::load_pretrained_causal_lm(dir, {.show_progress = false});
+  accel::cpu_offload(a.model->module(), {.execution_device = gpu});
+  CHECK(a.model->logits(ids, nullptr, 0).to_vector<float>() == expect);
+  std::vector<accel::dispatch::PretrainedModel> chain;
+  std::shared_ptr<accel::hooks::UserCpuOffloadHook> prev;
+  std::vector<std::shared_ptr<accel::hooks::UserCpuOffloadHook>> handles;
+  for (int i = 0; i < 3; ++i) {
+    chain.push_back(accel::dispatch::load_pretrained_causal_lm(dir, {.show_progress = false}));
+    auto [m, h] = accel::cpu_offload_with_hook(chain.back().model->module(), gpu, prev);
+    handles.push_back(h);
+    prev = h;
+  }
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    CHECK(chain[i].model->logits(ids.to(gpu), nullptr, 0).to(Device::cpu()).to_vector<float>() == expect);
+    // The model just called is on the GPU; the one before it went back to the CPU.
+    CHECK(chain[i].model->module().get_parameter("lm_head.weight").device() == gpu);
+    if (i > 0) CHECK(chain[i - 1].model->module().get_parameter("lm_head.weight").device() == Device::cpu());
+  }
+  handles.back()->offload();
+  CHECK(chain.back().model->module().get_parameter("lm_head.weight").device() == Device::cpu());
 }

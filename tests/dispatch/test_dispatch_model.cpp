@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "accel/core/memory_stats.hpp"
 #include "accel/dispatch/big_modeling.hpp"
 #include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
@@ -73,10 +74,32 @@ std::size_t meta_tensors(const nn::Module& m) {
 
 }  // namespace
 
-TEST_CASE("Every placement gives the plain model's logits and tokens", "[dispatch][offload]") {
+/// The stream the offloading hooks of `root` share (null under sync_offload).
+std::shared_ptr<hooks::WeightStream> stream_of(nn::Module& root) {
+  for (auto* m : root.modules()) {
+    if (auto* h = dynamic_cast<hooks::AlignDevicesHookBase*>(m->hook().get()); h && h->options().stream) return h->options().stream;
+  }
+  return nullptr;
+}
+
+/// CPU bytes allocated at the peak of one greedy generation, above what was held before it.
+std::size_t generate_peak(models::CausalLM& lm) {
+  const std::size_t before = memory_stats(Device::cpu()).allocated_bytes;
+  reset_peak_memory_stats(Device::cpu());
+  (void)models::generate(lm, prompt(), greedy);
+  return memory_stats(Device::cpu()).peak_allocated_bytes - before;
+}
+
+TEMPLATE_TEST_CASE("Every placement and policy gives the plain model's logits and tokens", "[dispatch][offload]",
+                   policy::sync_offload, policy::prefetch<1>, policy::prefetch<2>, policy::prefetch<4>) {
   for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_llama_tied_headdim"}) {
     INFO(name);
     const Reference ref = reference(name);
+    std::size_t plain_peak = 0;
+    {
+      auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+      plain_peak = generate_peak(*p.model);
+    }
     struct Case {
       const char* what;
       Placement even, odd, head;
@@ -92,14 +115,25 @@ TEST_CASE("Every placement gives the plain model's logits and tokens", "[dispatc
       const DeviceMap dm = block_map(root, c.even, c.odd, c.head);
       load_checkpoint_in_model(root, ckpt, {.device_map = dm, .offload_folder = dir.str(), .show_progress = false});
       const bool one_place = c.even == c.odd && c.odd == c.head;
-      if (one_place) CHECK_THROWS_WITH(dispatch_model(root, dm, {.offload_dir = dir.str()}), Catch::Contains("disk_offload"));
-      dispatch_model(root, dm, {.offload_dir = dir.str(), .force_hooks = one_place});
+      if (one_place) {
+        CHECK_THROWS_WITH(dispatch_model<TestType>(root, dm, {.offload_dir = dir.str()}), Catch::Contains("disk_offload"));
+      }
+      dispatch_model<TestType>(root, dm, {.offload_dir = dir.str(), .force_hooks = one_place});
       CHECK(meta_tensors(root) > 0);
       CHECK(root.hook() != nullptr);
       for (const Device& d : lm->layer_devices()) CHECK(d == Device::cpu());
       CHECK(lm->logits(prompt()).to_vector<float>() == ref.logits);
       CHECK(models::generate(*lm, prompt(), greedy).new_tokens == ref.tokens);
       CHECK(meta_tensors(root) > 0);  // parked again after the calls
+      const auto stream = stream_of(root);
+      CHECK((stream != nullptr) == (TestType::id == policy::OffloadMode::prefetch));
+      if (stream) {
+        // The memory bound: N + 1 ring buffers of the largest block beyond what the plain model needs.
+        const std::size_t ring = (TestType::prefetch_depth + 1) * (stream->slot_bytes() + io::WeightFileReader::alignment);
+        CHECK(generate_peak(*lm) <= plain_peak + ring);
+        CHECK(stream->buffers() <= TestType::prefetch_depth + 1);
+        CHECK(stream->stats().bytes_read > 0);
+      }
       CHECK_THROWS_AS(root.to(Device::cpu()), DeviceError);  // weights on meta: moving is refused
     }
   }
@@ -172,18 +206,35 @@ TEST_CASE("cpu_offload and disk_offload keep the logits; a bad offload file is a
     const std::string victim = name == "tiny_gpt2" ? "transformer.h.0.mlp.c_fc.weight" : "model.layers.0.mlp.up_proj.weight";
     const fs::path dat = dir.path / (victim + ".dat");
     const auto size = fs::file_size(dat);
-    fs::rename(dat, dir.path / "moved.dat");
-    {
+    // Under sync_offload the call that needs the weight fails; under prefetch, already the
+    // dispatch that registers it.
+    auto offload_and_call = [&]<class Policy>(Policy) {
       auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
-      disk_offload(p.model->module(), dir.str());
-      CHECK_THROWS_WITH(p.model->logits(prompt()), Catch::Contains(victim));
-    }
+      disk_offload<Policy>(p.model->module(), dir.str());
+      (void)p.model->logits(prompt());
+    };
+    fs::rename(dat, dir.path / "moved.dat");
+    CHECK_THROWS_WITH(offload_and_call(policy::sync_offload{}), Catch::Contains(victim));
+    CHECK_THROWS_WITH(offload_and_call(policy::prefetch<2>{}), Catch::Contains(victim));
     fs::rename(dir.path / "moved.dat", dat);
     fs::resize_file(dat, size / 2);
+    CHECK_THROWS_WITH(offload_and_call(policy::sync_offload{}), Catch::Contains(victim));
+    CHECK_THROWS_WITH(offload_and_call(policy::prefetch<2>{}), Catch::Contains(victim));
+    // A file changed after the model was dispatched: the read that meets it says so.
+    fs::resize_file(dat, size);
     {
       auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
-      disk_offload(p.model->module(), dir.str());
-      CHECK_THROWS_WITH(p.model->logits(prompt()), Catch::Contains(victim));
+      disk_offload<policy::prefetch<2>>(p.model->module(), dir.str());
+      CHECK(p.model->logits(prompt()).to_vector<float>() != ref.logits);  // the zeros the resize wrote back
+      fs::resize_file(dat, size + 4096);
+      // The first read after the change fails: in this forward, or (when the block was read ahead
+      // before the change) in the next.
+      CHECK_THROWS_WITH(
+          [&] {
+            (void)p.model->logits(prompt());
+            (void)p.model->logits(prompt());
+          }(),
+          Catch::Contains(victim) && Catch::Contains("changed on disk"));
     }
   }
 }

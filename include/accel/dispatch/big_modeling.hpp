@@ -6,8 +6,10 @@
 //   auto [m, hook] = cpu_offload_with_hook(model, cuda0, prev)   a whole model moved in when called
 //   load_checkpoint_and_dispatch(model, "ckpt/", {.device_map = "auto", .max_memory = mm, .offload_folder = "off"})
 //
-// Each takes the offload policy as its template argument (policy/offload.hpp), sync_offload
-// being Accelerate's behaviour.
+// Each takes the offload policy as its template argument (policy/offload.hpp): sync_offload is
+// Accelerate's behaviour, and disk_offload and load_checkpoint_and_dispatch default to
+// prefetch<2> (default_offload), which reads the next blocks ahead; cpu_offload serves weights
+// from memory and defaults to sync_offload.
 //
 // Differences from Accelerate:
 // - The execution device defaults to the device of the model's first parameter that is not on
@@ -86,7 +88,7 @@ nn::Module& cpu_offload(nn::Module& model, OffloadOptions o = {}) {
 
 /// Accelerate's disk_offload: the model's tensors are written to `offload_dir` (unless it already
 /// holds an index.json), and every module reads its weights from there for each call.
-template <policy::Offload Offload = policy::sync_offload>
+template <policy::Offload Offload = default_offload>
 nn::Module& disk_offload(nn::Module& model, const std::string& offload_dir, OffloadOptions o = {}) {
   if (!std::filesystem::is_regular_file(std::filesystem::path(offload_dir) / io::offload_index_name)) {
     io::StateDict sd;
@@ -101,6 +103,9 @@ nn::Module& disk_offload(nn::Module& model, const std::string& offload_dir, Offl
   }
   const Device exec = o.execution_device.value_or(detail::first_parameter_device(model));
   auto loader = std::make_shared<const io::OffloadedWeightsLoader>(std::nullopt, offload_dir);
+  if (Offload::id == policy::OffloadMode::prefetch && o.preload_module_classes.empty()) {
+    o.preload_module_classes = model.no_split_modules();  // read ahead block by block
+  }
   hooks::add_hook_to_module(model, std::make_shared<hooks::AlignDevicesHook<Offload>>(hooks::AlignDevicesOptions{.io_same_device = true}),
                             /*append=*/true);
   hooks::attach_align_device_hook<Offload>(model, {.execution_device = exec, .offload = true,
@@ -144,6 +149,9 @@ struct LoadAndDispatchOptions {
   /// Runtime reserves per device for a strategy (KV cache, activations, the prefetch ring).
   MaxMemory reserve{};
   bool show_progress = true;
+  /// CPU weights in memory of their own rather than views of the mapped checkpoint
+  /// (LoadCheckpointOptions::disable_mmap).
+  bool disable_mmap = false;
   std::ostream* warnings = nullptr;
 };
 
@@ -173,7 +181,7 @@ inline DeviceMap resolve_device_map(const nn::Module& model, const std::string& 
 /// Accelerate's load_checkpoint_and_dispatch: plans (for a strategy), loads the checkpoint with
 /// each weight sent to its placement, then dispatches. Returns what loading did; the plan used is
 /// `device_map_out` when given.
-template <policy::Offload Offload = policy::sync_offload>
+template <policy::Offload Offload = default_offload>
 LoadResult load_checkpoint_and_dispatch(nn::Module& model, const std::string& checkpoint,
                                         const LoadAndDispatchOptions& o = {}, DeviceMap* device_map_out = nullptr) {
   std::optional<DeviceMap> dm;
@@ -197,6 +205,7 @@ LoadResult load_checkpoint_and_dispatch(nn::Module& model, const std::string& ch
   lo.offload_buffers = o.offload_buffers;
   lo.strict = o.strict;
   lo.show_progress = o.show_progress;
+  lo.disable_mmap = o.disable_mmap;
   lo.warnings = o.warnings;
   LoadResult r = load_checkpoint_in_model(model, checkpoint, lo);
   if (dm) {

@@ -4,7 +4,12 @@
 //
 //   auto r = load_checkpoint_in_model(*model, dir, {.device_map = dm, .offload_folder = "offload"});
 //   dispatch_model(*model, dm, {.offload_dir = "offload"});          // then call the model as usual
-//   dispatch_model<policy::sync_offload>(*model, dm, {...});         // how offloaded weights travel
+//   dispatch_model<policy::sync_offload>(*model, dm, {...});         // Accelerate's way of moving them
+//
+// Offloaded weights travel as the Offload policy says: by default prefetch<2> (the next two
+// blocks read from disk while one computes, hooks/weight_stream.hpp), each block of the model's
+// no-split classes loaded by one hook unless preload_module_classes names others; sync_offload is
+// Accelerate's one hook per module holding weights, each reading them when called.
 //
 // With one placement in the map (and no force_hooks) the model is moved there and no hook is
 // attached. Otherwise the main device is the first GPU of the map (the CPU when the map names only
@@ -49,6 +54,10 @@
 #include "accel/policy/offload.hpp"
 
 namespace accel::dispatch {
+
+/// How dispatch_model, disk_offload and load_checkpoint_and_dispatch move offloaded weights
+/// unless told otherwise: two blocks read ahead while one computes. sync_offload is Accelerate's.
+using default_offload = policy::prefetch<2>;
 
 /// Keyword arguments of dispatch_model, with Accelerate's names and defaults.
 struct DispatchOptions {
@@ -98,7 +107,7 @@ inline std::string first_meta_tensor(const nn::Module& model) {
 /// Dispatches `model` over `device_map` (see the header comment). ValueError when the map does
 /// not place every tensor (check_device_map), when disk blocks have no offload_dir nor index,
 /// or when the whole model is placed on disk (use disk_offload).
-template <policy::Offload Offload = policy::sync_offload>
+template <policy::Offload Offload = default_offload>
 nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const DispatchOptions& o = {}) {
   check_device_map(model, device_map);
   std::set<std::string> kinds;
@@ -169,6 +178,10 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   b.offload_buffers = o.offload_buffers;
   b.skip_keys = o.skip_keys;
   b.preload_module_classes = o.preload_module_classes;
+  // Read-ahead works block by block: the model's no-split classes are its blocks.
+  if (Offload::id == policy::OffloadMode::prefetch && b.preload_module_classes.empty()) {
+    b.preload_module_classes = model.no_split_modules();
+  }
   b.tied_params_map = std::make_shared<nn::TiedParamsMap>();
   hooks::attach_align_device_hook_on_blocks<Offload>(model, b);
   return model;

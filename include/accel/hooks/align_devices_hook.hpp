@@ -53,6 +53,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/hooks/model_hook.hpp"
+#include "accel/hooks/weight_stream.hpp"
 #include "accel/hooks/weights_map.hpp"
 #include "accel/io/state_dict.hpp"
 #include "accel/nested/traits.hpp"
@@ -81,6 +82,9 @@ struct AlignDevicesOptions {
   std::vector<std::string> skip_keys{};
   /// Copies of tied weights per device, shared between the hooks of one model.
   std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
+  /// The read-ahead shared by the hooks of one model (prefetch<N>); null: each call reads its
+  /// weights itself. Only weights the weights map locates on disk go through it.
+  std::shared_ptr<WeightStream> stream{};
 };
 
 /// What every AlignDevicesHook<Offload> has, whatever its policy: how has_offloaded_params and
@@ -118,6 +122,7 @@ class AlignDevicesHookBase : public ModelHook {
     }
     if (!o_.weights_map) weights_ = WeightsMap(std::move(own_copies));
     else weights_ = o_.weights_map;
+    if (o_.stream) join_stream(module);
     if (o_.execution_device) {
       // Buffers that are not offloaded live on the execution device (only non-persistent ones
       // when buffers are offloaded: those are never in a weights map).
@@ -178,8 +183,14 @@ class AlignDevicesHookBase : public ModelHook {
   /// Brings the offloaded weights to the execution device (what pre_forward does before the
   /// arguments move); align_module_device uses it on its own.
   void materialize(nn::Module& module) {
+    if (acquired_) park();  // a call that threw before post_forward left its unit in use
     const Device d = o_.execution_device.value_or(Device::cpu());
     added_.clear();
+    std::vector<Tensor> streamed;
+    if (unit_) {
+      streamed = o_.stream->acquire(*unit_);
+      acquired_ = true;
+    }
     for (auto& m : managed_) {
       if (!m.own->data.is_meta()) continue;  // a tied name of this hook already brought it
       if (o_.tied_params_map) {
@@ -189,7 +200,7 @@ class AlignDevicesHookBase : public ModelHook {
           continue;
         }
       }
-      Tensor value = weights_.at(m.name);
+      Tensor value = m.streamed ? streamed[m.stream_index] : weights_.at(m.name);
       if (value.shape() != m.shape) {
         throw ShapeError(module.class_name() + ": offloaded weight '" + weights_.prefix() + m.name + "' has shape " +
                          value.shape().str() + " in the weights map but " + m.shape.str() + " in the module");
@@ -210,6 +221,9 @@ class AlignDevicesHookBase : public ModelHook {
       for (const auto& key : added_) o_.tied_params_map->erase(key);
     }
     added_.clear();
+    // Every view of the unit's buffer is gone: the ring may reuse it.
+    if (acquired_) o_.stream->release(*unit_);
+    acquired_ = false;
   }
 
  protected:
@@ -220,12 +234,38 @@ class AlignDevicesHookBase : public ModelHook {
     nn::ParameterPtr own;          ///< the hook's cell, meta between calls
     Shape shape;
     DType dtype;
+    bool streamed = false;         ///< read through the stream, as its unit's weight stream_index
+    std::size_t stream_index = 0;
   };
   struct TensorSlot {
     std::string name;
     nn::ParameterPtr* slot;
     bool is_buffer, persistent;
   };
+
+  // Registers the weights the map locates on disk as one unit of the stream.
+  void join_stream(nn::Module& module) {
+    std::vector<io::WeightLocation> locations;
+    for (auto& m : managed_) {
+      if (is_shared_cell(m)) continue;  // tied inside the subtree: one read serves both names
+      auto loc = weights_.locate(m.name);
+      if (!loc) continue;
+      m.streamed = true;
+      m.stream_index = locations.size();
+      locations.push_back(std::move(*loc));
+    }
+    if (locations.empty()) return;
+    const std::string label = weights_.prefix().empty() ? module.class_name() : weights_.prefix();
+    unit_ = o_.stream->add_unit(label, std::move(locations));
+  }
+  // A second name of a cell this hook already streams (tied inside the hooked subtree).
+  bool is_shared_cell(const Managed& m) const {
+    for (const auto& other : managed_) {
+      if (&other == &m) return false;
+      if (other.own == m.own) return true;
+    }
+    return false;
+  }
 
   static Tensor meta_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), Device::meta()); }
 
@@ -281,6 +321,8 @@ class AlignDevicesHookBase : public ModelHook {
   std::optional<Device> input_device_;
   nn::Module* module_ = nullptr;
   bool warned_ = false;
+  std::optional<std::size_t> unit_;  ///< this hook's unit of the stream
+  bool acquired_ = false;
 };
 
 /// Accelerate's AlignDevicesHook, its offloaded weights travelling as `Offload` says (see the

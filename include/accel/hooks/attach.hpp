@@ -12,7 +12,9 @@
 // takes per-module execution devices and offload flags (module names as a device map has them):
 // a block kept in place gets one hook for its subtree, an offloaded block the per-module hooks,
 // and the root a hook that aligns the inputs (io_same_device). Offload picks the travel policy of
-// every hook attached (policy/offload.hpp).
+// every hook attached (policy/offload.hpp): under prefetch<N> the offloading hooks of one call
+// share one WeightStream of depth N (hooks/weight_stream.hpp), its units in attach order, which
+// is the order of the module tree and so the order a transformer calls its blocks.
 //
 // Differences from Accelerate: execution_device and offload are maps, or a single value through
 // the overloads; a module named in one map and absent from the other is a ValueError naming it
@@ -48,6 +50,8 @@ struct AttachOptions {
   /// Classes whose modules load their whole subtree in one hook (no hooks below them).
   std::vector<std::string> preload_module_classes{};
   std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
+  /// The read-ahead the offloading hooks share; null under prefetch<N>: one is made for the call.
+  std::shared_ptr<WeightStream> stream{};
 };
 
 /// attach_align_device_hook_on_blocks' arguments: per-module devices and offload flags.
@@ -62,6 +66,7 @@ struct BlockAttachOptions {
   std::vector<std::string> skip_keys{};
   std::vector<std::string> preload_module_classes{};
   std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
+  std::shared_ptr<WeightStream> stream{};
 };
 
 namespace detail {
@@ -74,6 +79,16 @@ inline bool in_list(const std::vector<std::string>& v, const std::string& s) {
 }
 inline std::string child_name(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
+}
+/// The options with a stream of Offload's depth when Offload prefetches and none is given.
+template <policy::Offload Offload, class Options>
+bool needs_stream(const Options& o) {
+  return Offload::id == policy::OffloadMode::prefetch && !o.stream;
+}
+template <policy::Offload Offload, class Options>
+Options with_stream(Options o) {
+  o.stream = std::make_shared<WeightStream>(Offload::prefetch_depth);
+  return o;
 }
 }  // namespace detail
 
@@ -98,6 +113,7 @@ void attach_execution_device_hook(nn::Module& module, Device execution_device, c
 /// to any hook already there), or one on the whole subtree of a preload class when offloading.
 template <policy::Offload Offload = policy::sync_offload>
 void attach_align_device_hook(nn::Module& module, const AttachOptions& o) {
+  if (o.offload && detail::needs_stream<Offload>(o)) return attach_align_device_hook<Offload>(module, detail::with_stream<Offload>(o));
   const bool full_offload = o.offload && detail::in_list(o.preload_module_classes, module.class_name());
   if (detail::has_direct_tensors(module) || full_offload) {
     AlignDevicesOptions h{.execution_device = o.execution_device,
@@ -105,7 +121,8 @@ void attach_align_device_hook(nn::Module& module, const AttachOptions& o) {
                           .offload_buffers = o.offload_buffers,
                           .place_submodules = full_offload,
                           .skip_keys = o.skip_keys,
-                          .tied_params_map = o.tied_params_map};
+                          .tied_params_map = o.tied_params_map,
+                          .stream = o.stream};
     if (o.weights_map) h.weights_map = o.weights_map.prefixed(o.module_name.empty() ? "" : o.module_name + ".");
     add_hook_to_module(module, std::make_shared<AlignDevicesHook<Offload>>(std::move(h)), /*append=*/true);
   }
@@ -120,6 +137,7 @@ void attach_align_device_hook(nn::Module& module, const AttachOptions& o) {
 /// Accelerate's attach_align_device_hook_on_blocks (see the header comment).
 template <policy::Offload Offload = policy::sync_offload>
 void attach_align_device_hook_on_blocks(nn::Module& module, const BlockAttachOptions& o) {
+  if (detail::needs_stream<Offload>(o)) return attach_align_device_hook_on_blocks<Offload>(module, detail::with_stream<Offload>(o));
   const std::string& name = o.module_name;
   const auto dev = o.execution_device.find(name);
   const auto off = o.offload.find(name);
@@ -140,7 +158,7 @@ void attach_align_device_hook_on_blocks(nn::Module& module, const BlockAttachOpt
                                                .weights_map = o.weights_map, .offload_buffers = o.offload_buffers,
                                                .module_name = name, .skip_keys = o.skip_keys,
                                                .preload_module_classes = o.preload_module_classes,
-                                               .tied_params_map = o.tied_params_map});
+                                               .tied_params_map = o.tied_params_map, .stream = o.stream});
     if (!module.hook()) {
       add_hook_to_module(module, std::make_shared<AlignDevicesHook<Offload>>(AlignDevicesOptions{
                                      .execution_device = dev->second, .io_same_device = name.empty(),

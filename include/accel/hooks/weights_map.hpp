@@ -4,7 +4,7 @@
 //   WeightsMap(state_dict)                     owns an io::StateDict (tensors in memory)
 //   WeightsMap(std::make_shared<io::OffloadedWeightsLoader>(...))   CPU tensors first, then the offload folder
 //   map.prefixed("model.layers.3.")            the view one module's hook holds: at("mlp.up_proj.weight")
-//   map.at(name) / map.contains(name) / map.prefix() / bool(map)
+//   map.at(name) / map.contains(name) / map.locate(name) / map.prefix() / bool(map)
 //   map.with_aliases({{"lm_head.weight", "model.embed_tokens.weight"}})   tied names the source lacks
 //
 // The map is type-erased (any class with `at(string_view) -> Tensor` and `contains(string_view)`
@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -68,6 +69,13 @@ class WeightsMap {
     return source_->at(full);
   }
   bool contains(std::string_view name) const { return source_ && source_->contains(resolve(prefix_ + std::string(name))); }
+  /// Where weight `name` lies on disk when the source is an io::OffloadedWeightsLoader and holds
+  /// it there (a prefetcher reads it itself); nullopt otherwise.
+  std::optional<io::WeightLocation> locate(std::string_view name) const {
+    const auto* loader = source_as<io::OffloadedWeightsLoader>();
+    if (!loader) return std::nullopt;
+    return loader->locate(resolve(prefix_ + std::string(name)));
+  }
   const std::string& prefix() const noexcept { return prefix_; }
   explicit operator bool() const noexcept { return static_cast<bool>(source_); }
   /// The source as an M (null when it is another class): what a prefetcher reads files through.

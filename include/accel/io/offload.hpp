@@ -5,7 +5,7 @@
 //   offload_state_dict(folder, state_dict);
 //   Tensor w = load_offloaded_weight(folder + "/layer.weight.dat", ix["layer.weight"]);   // mmap view
 //   load_offloaded_weights(model, ix, folder);            // sets each indexed weight of the model
-//   OffloadedWeightsLoader loader(state_dict, folder);  loader.at("layer.weight");
+//   OffloadedWeightsLoader loader(state_dict, folder);  loader.at("layer.weight");  loader.locate("layer.weight");
 //   PrefixedView view(loader, "layer.");  view.at("weight");
 //
 // Byte-compatible with accelerate/utils/offload.py: a .dat file is the C-order array as
@@ -268,6 +268,18 @@ inline void load_offloaded_weights(nn::Module& model, const OffloadIndex& index,
   }
 }
 
+/// Where one offloaded weight's bytes lie: `nbytes` raw little-endian bytes of a C-order `dtype`
+/// tensor of `shape`, at `offset` in `file`; `target` is the dtype the weight is read as.
+struct WeightLocation {
+  std::string name;
+  std::string file;
+  std::uint64_t offset = 0;
+  std::uint64_t nbytes = 0;
+  DType dtype = DType::f32;
+  Shape shape;
+  DType target = DType::f32;
+};
+
 /// A read-only map over weights held in memory and on disk: the in-memory state dict answers
 /// first, then the offload index (a .dat file in `save_folder` or a safetensors entry). Tensors
 /// are loaded on each lookup (mapped, so cheap); safetensors files stay open once used.
@@ -300,6 +312,34 @@ class OffloadedWeightsLoader {
   std::size_t size() const noexcept { return keys_.size(); }
   bool contains(std::string_view key) const { return state_.contains(key) || index_.contains(key); }
   const OffloadIndex& index() const noexcept { return index_.index(); }
+
+  /// Where the bytes of weight `key` lie on disk, for readers that fetch them themselves (the
+  /// prefetching offload); nullopt when the weight is held in memory (the state dict). The
+  /// location's dtype is the stored one; `dtype` is what `at` converts it to. KeyError when unknown.
+  std::optional<WeightLocation> locate(std::string_view key) const {
+    if (state_.contains(key)) return std::nullopt;
+    const std::string k(key);
+    const nlohmann::ordered_json* found = index_.find(k);
+    if (!found) throw KeyError("offloaded weights have no entry named '" + k + "'");
+    const auto& info = *found;
+    const std::filesystem::path file = offload_entry_path(folder_.value_or(""), k, info, source_);
+    if (is_safetensors_entry(info)) {
+      const SafetensorsFile& f = safetensors(file.string());
+      const std::string weight = info.value("weight_name", k);
+      const auto& t = f.info(weight);
+      const DType target = info.contains("dtype") ? offload_dtype_from_name(info["dtype"].get<std::string>(), k) : t.dtype;
+      return WeightLocation{k, file.string(), f.header().data_start + t.begin, t.nbytes(), t.dtype, t.shape, target};
+    }
+    if (!folder_) throw ValueError("offloaded weight '" + k + "' is a .dat entry but the loader has no save_folder");
+    detail::validate_offload_entry(k, info, detail::offload_entry_where(source_, k));
+    const DType dtype = offload_dtype_from_name(info.at("dtype").get<std::string>(), k);
+    Shape shape;
+    for (const auto& x : info.at("shape")) shape.push_back(x.get<std::int64_t>());
+    const std::uint64_t n = detail::file_tensor_nbytes(shape, dtype, detail::offload_entry_where(source_, k));
+    return WeightLocation{k, file.string(), 0, n, dtype, shape, dtype};
+  }
+  /// The device `at` moves weights to (nullopt: where they are read).
+  const std::optional<Device>& device() const noexcept { return device_; }
 
   /// The weight `key` (on `device` when one was given); KeyError when unknown.
   Tensor at(std::string_view key) const {
