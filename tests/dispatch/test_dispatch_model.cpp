@@ -74,7 +74,7 @@ std::size_t meta_tensors(const nn::Module& m) {
 
 }  // namespace
 
-/// The stream the offloading hooks of `root` share (null under sync_offload).
+/// The stream the offloading hooks of `root` share.
 std::shared_ptr<hooks::WeightStream> stream_of(nn::Module& root) {
   for (auto* m : root.modules()) {
     if (auto* h = dynamic_cast<hooks::AlignDevicesHookBase*>(m->hook().get()); h && h->options().stream) return h->options().stream;
@@ -126,8 +126,9 @@ TEMPLATE_TEST_CASE("Every placement and policy gives the plain model's logits an
       CHECK(models::generate(*lm, prompt(), greedy).new_tokens == ref.tokens);
       CHECK(meta_tensors(root) > 0);  // parked again after the calls
       const auto stream = stream_of(root);
-      CHECK((stream != nullptr) == (TestType::id == policy::OffloadMode::prefetch));
-      if (stream) {
+      REQUIRE(stream != nullptr);
+      CHECK(stream->depth() == TestType::prefetch_depth);
+      {
         // The memory bound: N + 1 ring buffers of the largest block beyond what the plain model needs.
         const std::size_t ring = (TestType::prefetch_depth + 1) * (stream->slot_bytes() + io::WeightFileReader::alignment);
         CHECK(generate_peak(*lm) <= plain_peak + ring);

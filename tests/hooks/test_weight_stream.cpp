@@ -99,6 +99,24 @@ TEST_CASE("A stream reads units ahead in a ring of depth + 1 buffers", "[hooks][
   CHECK_THROWS_AS(s.acquire(99), KeyError);
 }
 
+TEST_CASE("Depth 0 reads each unit when asked, into one buffer", "[hooks][stream]") {
+  accel_test::TempDir dir;
+  const std::string a = write_ints(dir, "a.bin", 0, 20000);
+  hooks::WeightStream s(0);
+  const std::size_t u0 = s.add_unit("u0", {loc("w0", a, 10, 100)});
+  const std::size_t u1 = s.add_unit("u1", {loc("w1", a, 5000, 300)});
+  for (int i = 0; i < 3; ++i) {
+    for (std::size_t u : {u0, u1}) {
+      auto w = s.acquire(u);
+      CHECK(values(w[0]).front() == (u == u0 ? 10 : 5000));
+      w.clear();
+      s.release(u);
+    }
+  }
+  CHECK(s.buffers() == 1);
+  CHECK(s.stats().bytes_read == 3 * (100 + 300) * 4);
+}
+
 TEST_CASE("A view kept past release keeps its bytes; a failed read is rethrown and can be retried", "[hooks][stream]") {
   accel_test::TempDir dir;
   const std::string a = write_ints(dir, "a.bin", 0, 20000);

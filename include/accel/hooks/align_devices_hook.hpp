@@ -28,8 +28,10 @@
 // parameters do.
 //
 // The Offload policy (policy/offload.hpp) is how weights travel: sync_offload copies them in
-// before the forward, as Accelerate does (no_offload also names this hook: it only aligns
-// devices unless `offload` is set).
+// before the forward, as Accelerate does; prefetch<N> reads the next N blocks ahead. Weights the
+// weights map locates on disk are read through the stream the attach helpers give the hooks
+// (hooks/weight_stream.hpp: direct reads into a reused buffer, so the page cache does not keep
+// them); a hook without a stream reads through the weights map.
 //
 // Differences from Accelerate:
 // - A weight whose shape in weights_map differs from the module's is a ShapeError naming the
@@ -82,8 +84,8 @@ struct AlignDevicesOptions {
   std::vector<std::string> skip_keys{};
   /// Copies of tied weights per device, shared between the hooks of one model.
   std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
-  /// The read-ahead shared by the hooks of one model (prefetch<N>); null: each call reads its
-  /// weights itself. Only weights the weights map locates on disk go through it.
+  /// How the hooks of one model read the weights the weights map locates on disk (direct reads,
+  /// read ahead under prefetch<N>); null: through the weights map (mapped files).
   std::shared_ptr<WeightStream> stream{};
 };
 

@@ -12,9 +12,10 @@
 // takes per-module execution devices and offload flags (module names as a device map has them):
 // a block kept in place gets one hook for its subtree, an offloaded block the per-module hooks,
 // and the root a hook that aligns the inputs (io_same_device). Offload picks the travel policy of
-// every hook attached (policy/offload.hpp): under prefetch<N> the offloading hooks of one call
-// share one WeightStream of depth N (hooks/weight_stream.hpp), its units in attach order, which
-// is the order of the module tree and so the order a transformer calls its blocks.
+// every hook attached (policy/offload.hpp): the offloading hooks of one call share one
+// WeightStream (hooks/weight_stream.hpp) of depth N under prefetch<N>, 0 under sync_offload, its
+// units in attach order, which is the order of the module tree and so the order a transformer
+// calls its blocks.
 //
 // Differences from Accelerate: execution_device and offload are maps, or a single value through
 // the overloads; a module named in one map and absent from the other is a ValueError naming it
@@ -50,7 +51,7 @@ struct AttachOptions {
   /// Classes whose modules load their whole subtree in one hook (no hooks below them).
   std::vector<std::string> preload_module_classes{};
   std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
-  /// The read-ahead the offloading hooks share; null under prefetch<N>: one is made for the call.
+  /// How the offloading hooks read disk weights, shared; null: one of Offload's depth is made.
   std::shared_ptr<WeightStream> stream{};
 };
 
@@ -80,10 +81,11 @@ inline bool in_list(const std::vector<std::string>& v, const std::string& s) {
 inline std::string child_name(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
 }
-/// The options with a stream of Offload's depth when Offload prefetches and none is given.
+/// True when no stream is given: the offloading hooks of one call then share one of Offload's
+/// depth (0 under sync_offload: each block read when called).
 template <policy::Offload Offload, class Options>
 bool needs_stream(const Options& o) {
-  return Offload::id == policy::OffloadMode::prefetch && !o.stream;
+  return !o.stream;
 }
 template <policy::Offload Offload, class Options>
 Options with_stream(Options o) {

@@ -1,4 +1,5 @@
-// WeightStream: the read-ahead behind prefetch<N>. The offloading hooks of a dispatched model
+// WeightStream: how offloaded weights are read from disk, and the read-ahead behind prefetch<N>.
+// The offloading hooks of a dispatched model
 // register their weights as units, in the order the model calls them; while unit i computes, a
 // reader thread brings units i+1 .. i+N from disk into a ring of N+1 unit-sized buffers,
 // allocated once and reused, wrapping from the last unit to the first (the next token's forward).
@@ -8,7 +9,9 @@
 //   std::vector<Tensor> w = stream->acquire(u);   // waits for unit u, schedules u+1 .. u+N; views of the ring
 //   stream->release(u);                          // after the forward: its buffer may be reused
 //
-// A call out of the predicted order is served all the same: the unit asked for goes to the front
+// Depth 0 is sync_offload: each unit is read when asked for, in the caller's thread, into one
+// buffer reused from call to call (Accelerate's behaviour, without the page cache keeping what was
+// read). A call out of the predicted order is served all the same: the unit asked for goes to the front
 // of the queue, and a buffer holding a unit nobody asked for yet is reused when none is free.
 // Extra memory is bounded by N + 1 buffers of the largest unit (allocated from the CPU
 // allocator, so its peak counter shows them); a buffer some tensor still views when its unit is
@@ -50,10 +53,9 @@ class WeightStream {
   /// Reads of at most this many bytes apart are merged into one.
   static constexpr std::uint64_t merge_gap = std::uint64_t{1} << 20;
 
-  /// `depth`: units kept in flight ahead of the computing one (prefetch<N>'s N, at least 1).
-  explicit WeightStream(std::size_t depth) : depth_(depth) {
-    if (depth == 0) throw ValueError("WeightStream: the prefetch depth must be at least 1");
-  }
+  /// `depth`: units kept in flight ahead of the computing one (prefetch<N>'s N); 0 reads each
+  /// unit when it is asked for, in the caller's thread, into one buffer (sync_offload).
+  explicit WeightStream(std::size_t depth) : depth_(depth) {}
   ~WeightStream() {
     {
       std::lock_guard lock(mu_);
@@ -104,8 +106,9 @@ class WeightStream {
   std::vector<Tensor> acquire(std::size_t id) {
     std::unique_lock lock(mu_);
     check_id(id);
-    start_worker();
     Unit& u = units_[id];
+    if (depth_ == 0) return acquire_now(lock, u);
+    start_worker();
     if (u.state == State::idle) {
       u.state = State::queued;
       queue_.push_front(id);
@@ -136,16 +139,7 @@ class WeightStream {
       }
     }
     cv_.notify_all();
-    std::vector<Tensor> out;
-    out.reserve(u.weights.size());
-    const Slot& s = slots_[u.slot];
-    for (std::size_t i = 0; i < u.weights.size(); ++i) {
-      const auto& w = u.weights[i];
-      const std::uint64_t byte = s.base + u.at[i];
-      out.push_back(Tensor::from_storage(s.storage, w.dtype, w.shape, std::nullopt,
-                                         static_cast<std::int64_t>(byte / itemsize(w.dtype))));
-    }
-    return out;
+    return views(u);
   }
 
   /// Gives unit `id`'s buffer back to the ring (after the forward that used it).
@@ -215,6 +209,49 @@ class WeightStream {
     std::uint64_t base = 0;  ///< first aligned byte
     bool busy = false;
   };
+
+  // depth 0: the unit is read here, now, into the one buffer (another when a nested unit holds it).
+  std::vector<Tensor> acquire_now(std::unique_lock<std::mutex>& lock, Unit& u) {
+    if (u.state == State::in_use) return views(u);
+    u.slot = *take_slot(/*urgent=*/true);
+    u.state = State::reading;
+    std::byte* base = slots_[u.slot].storage.data() + slots_[u.slot].base;
+    const std::vector<Range> ranges = u.ranges;
+    lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t bytes = 0;
+    try {
+      std::lock_guard reading(reader_mu_);
+      for (const Range& r : ranges) {
+        reader_.read(r.file, r.begin, r.end - r.begin, base + r.pos, r.name);
+        bytes += r.end - r.begin;
+      }
+    } catch (...) {
+      lock.lock();
+      slots_[u.slot].busy = false;
+      u.state = State::idle;
+      throw;
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    lock.lock();
+    read_seconds_ += dt;
+    wait_seconds_ += dt;  // the caller waited for all of it
+    bytes_read_ += bytes;
+    u.state = State::in_use;
+    return views(u);
+  }
+  std::vector<Tensor> views(const Unit& u) const {
+    std::vector<Tensor> out;
+    out.reserve(u.weights.size());
+    const Slot& s = slots_[u.slot];
+    for (std::size_t i = 0; i < u.weights.size(); ++i) {
+      const auto& w = u.weights[i];
+      const std::uint64_t byte = s.base + u.at[i];
+      out.push_back(Tensor::from_storage(s.storage, w.dtype, w.shape, std::nullopt,
+                                         static_cast<std::int64_t>(byte / itemsize(w.dtype))));
+    }
+    return out;
+  }
 
   void check_id(std::size_t id) const {
     if (id >= units_.size()) {
