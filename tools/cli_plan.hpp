@@ -99,13 +99,6 @@ inline KVCacheRequest parse_kv_cache_arg(const std::string& text) {
   return r;
 }
 
-/// The values of a repeated list option as one list: "0=1GB" "cpu=2GB" -> "0=1GB,cpu=2GB".
-inline std::string join_values(const std::vector<std::string>& values) {
-  std::string out;
-  for (const auto& v : values) out += (out.empty() ? "" : ",") + v;
-  return out;
-}
-
 /// The KV cache of `r` for MODEL's config, shared out over the GPUs that have a budget.
 inline KVCacheReserve kv_cache_reserve(const std::string& model, const KVCacheRequest& r, DType dtype,
                                        const plan::MaxMemory& budgets) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "accel/core/byte_size.hpp"
 #include "accel/core/errors.hpp"
@@ -28,6 +29,14 @@
 namespace accel::cli {
 
 namespace detail {
+
+/// The values of a repeated list option as one list: "0=1GB" "cpu=2GB" -> "0=1GB,cpu=2GB".
+inline std::string join_values(const std::vector<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ",") + v;
+  return out;
+}
+
 
 inline ValueError out_of_range(std::string_view option, std::string_view text, std::int64_t lo, std::int64_t hi,
                                std::string_view unit = "") {

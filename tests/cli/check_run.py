@@ -7,7 +7,13 @@ Usage: check_run.py GROUP ACCEL MODELS_DIR WORK_DIR
   prompt     --prompt through a tokenizer.json written here (byte-level, one token per byte)
   errors     incomplete or inconsistent folders exit 1 naming the file and the key or tensor;
              conflicting or missing prompt options exit 2
+  placement  a 20-layer LLaMA written here under --max-memory cpu=<a third of its weights>, and
+             GPT-2 under a tighter share, with --offload sync and prefetch:1..4, --device-map
+             strategies, a device-map file and an offload folder: the tokens of the unrestricted
+             run, something on disk, bytes per device, reservations, the CPU peak within the
+             budget and the offload rate reported
 """
+import array
 import json
 import pathlib
 import shutil
@@ -149,12 +155,114 @@ def errors(accel, models, work):
     expect(run(accel, models / "tiny_gpt2", "--ids", "1", "--prompt", "x"), 2, "not both", what="both prompts")
 
 
+def weight_bytes(folder):
+    """Bytes of the weights a safetensors checkpoint holds (its header's offsets)."""
+    raw = (folder / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    return sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")
+
+
+def write_llama(folder, layers=20, hidden=64, inter=256, heads=4, kv_heads=2, vocab=256):
+    """A LLaMA folder (config.json, f32 model.safetensors) with deterministic small weights: many
+    small blocks, so that a third of the weights holds a few of them beside the KV cache."""
+    folder.mkdir(parents=True, exist_ok=True)
+    head_dim = hidden // heads
+    shapes = [("model.embed_tokens.weight", [vocab, hidden])]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes += [(p + "self_attn.q_proj.weight", [hidden, hidden]), (p + "self_attn.k_proj.weight", [kv_heads * head_dim, hidden]),
+                   (p + "self_attn.v_proj.weight", [kv_heads * head_dim, hidden]), (p + "self_attn.o_proj.weight", [hidden, hidden]),
+                   (p + "mlp.gate_proj.weight", [inter, hidden]), (p + "mlp.up_proj.weight", [inter, hidden]),
+                   (p + "mlp.down_proj.weight", [hidden, inter]), (p + "input_layernorm.weight", [hidden]),
+                   (p + "post_attention_layernorm.weight", [hidden])]
+    shapes += [("model.norm.weight", [hidden]), ("lm_head.weight", [vocab, hidden])]
+    header, blobs, offset, state = {}, [], 0, 12345
+    for name, shape in shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        if name.endswith("norm.weight"):
+            values = array.array("f", [1.0] * n)
+        else:
+            values = array.array("f", bytes(4 * n))
+            for k in range(n):
+                state = (state * 1103515245 + 12345) % 2147483648
+                values[k] = (state / 2147483648.0 - 0.5) * 0.2
+        blob = values.tobytes()
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(folder / "model.safetensors", "wb") as out:
+        out.write(len(text).to_bytes(8, "little") + text)
+        for blob in blobs:
+            out.write(blob)
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": vocab, "hidden_size": hidden,
+        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "tie_word_embeddings": False, "torch_dtype": "float32", "hidden_act": "silu"}))
+
+
+def placement(accel, models, work):
+    write_llama(work / "llama20")
+    # A third of the weights of the 20-layer model; as much as all its weights for the two-layer GPT-2, whose
+    # one block with the KV cache and activations needs more than a third.
+    for folder, share in ((work / "llama20", 1 / 3), (models / "tiny_gpt2", 1.0)):
+        name = folder.name
+        ids = "3,1,4,1,5,9"
+        base = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", 8, "--json"), f"{name}: unrestricted")
+        check("device_map" not in base, f"{name}: no placement unless asked")
+        budget = int(weight_bytes(folder) * share)
+        for policy in ("sync", "prefetch:1", "prefetch:2", "prefetch:4"):
+            what = f"{name} --max-memory cpu={budget} --offload {policy}"
+            out = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", 8, "--max-memory", f"cpu={budget}",
+                              "--offload", policy, "--json"), what)
+            check(out.get("generated_ids") == base.get("generated_ids"), f"{what}: tokens {out.get('generated_ids')}")
+            check("disk" in set(map(str, out.get("device_map", {}).values())), f"{what}: something on disk")
+            if name == "llama20":
+                check(out.get("offload") == policy, f"{what}: offload {out.get('offload')} (the budget holds it)")
+            check(isinstance(out.get("offload_gb_per_s"), (int, float)) and out["offload_gb_per_s"] > 0,
+                  f"{what}: offload_gb_per_s {out.get('offload_gb_per_s')}")
+            check(out.get("peak_bytes", {}).get("cpu", budget + 1) <= budget, f"{what}: cpu peak {out.get('peak_bytes')} <= {budget}")
+            check(any("KV cache" in r["what"] for r in out.get("reservations", [])), f"{what}: the KV cache is reserved")
+            check(sum(out.get("placed_bytes", {}).values()) > 0, f"{what}: bytes per device")
+            placed_map = out.get("device_map", {})
+        for strategy in ("sequential", "balanced", "balanced_low_0"):
+            what = f"{name} --device-map {strategy}"
+            out = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", 8, "--device-map", strategy,
+                              "--max-memory", f"cpu={budget}", "--json"), what)
+            check(out.get("generated_ids") == base.get("generated_ids"), f"{what}: tokens")
+        # An explicit map from a file, with its disk weights' index in an offload folder of ours.
+        plan = {k: "disk" if ".layers." in k or ".h." in k or k.endswith(".layers") or k.endswith(".h") else "cpu"
+                for k in placed_map}
+        check("disk" in plan.values(), f"{name}: a map with disk blocks to write: {plan}")
+        plan_file = work / f"{name}_map.json"
+        plan_file.write_text(json.dumps(plan))
+        what = f"{name} --device-map FILE --offload-folder"
+        out = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", 8, "--device-map", plan_file,
+                          "--offload-folder", work / f"{name}_offload", "--json"), what)
+        check(out.get("generated_ids") == base.get("generated_ids"), f"{what}: tokens")
+        check((work / f"{name}_offload" / "index.json").exists(), f"{what}: the offload index is written")
+    # Bad placement options: exit 1 naming the option, or 2 for a usage mistake.
+    folder = work / "llama20"
+    bad = run(accel, folder, "--ids", "1,2", "--max-memory", "cpu=1KB")
+    check(bad.returncode == 1 and "--max-memory" in bad.stderr, f"a budget too small for one block: {bad.stderr.strip()}")
+    bad = run(accel, folder, "--ids", "1,2", "--device-map", "auto", "--offload", "prefetch:9")
+    check(bad.returncode == 1 and "--offload" in bad.stderr, f"prefetch:9: {bad.stderr.strip()}")
+    bad = run(accel, folder, "--ids", "1,2", "--offload", "sync")
+    check(bad.returncode == 2, f"--offload without a placement: exit {bad.returncode}")
+
+
 def main():
     group, accel, models, work = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), pathlib.Path(sys.argv[4])
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     {"reference": lambda: reference(accel, models), "dtypes": lambda: dtypes(accel, models),
-     "prompt": lambda: prompt(accel, models, work), "errors": lambda: errors(accel, models, work)}[group]()
+     "prompt": lambda: prompt(accel, models, work), "errors": lambda: errors(accel, models, work),
+     "placement": lambda: placement(accel, models, work)}[group]()
     print(f"{group}: {'FAILED ' + str(len(FAILURES)) if FAILURES else 'ok'}")
     return 1 if FAILURES else 0
 

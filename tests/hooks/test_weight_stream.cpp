@@ -99,6 +99,21 @@ TEST_CASE("A stream reads units ahead in a ring of depth + 1 buffers", "[hooks][
   CHECK_THROWS_AS(s.acquire(99), KeyError);
 }
 
+TEST_CASE("A unit asked for twice before its release is served, not waited for", "[hooks][stream]") {
+  accel_test::TempDir dir;
+  const std::string a = write_ints(dir, "a.bin", 0, 1000);
+  for (std::size_t depth : {0, 2}) {
+    hooks::WeightStream s(depth);
+    const std::size_t u = s.add_unit("u", {loc("w", a, 7, 3)});
+    auto first = s.acquire(u);
+    auto again = s.acquire(u);
+    CHECK(values(again[0]) == values(first[0]));
+    first.clear();
+    again.clear();
+    s.release(u);
+  }
+}
+
 TEST_CASE("Depth 0 reads each unit when asked, into one buffer", "[hooks][stream]") {
   accel_test::TempDir dir;
   const std::string a = write_ints(dir, "a.bin", 0, 20000);
@@ -136,6 +151,21 @@ TEST_CASE("A view kept past release keeps its bytes; a failed read is rethrown a
   CHECK(values(kept).back() == 99);
 
   std::filesystem::resize_file(a, 4 * 1000);  // u1's range is gone now
-  CHECK_THROWS_WITH(s.acquire(u1), Catch::Contains("w1") && Catch::Contains("changed on disk"));
+  // A unit read ahead before the change is served as read; the first read after it fails.
+  std::string error;
+  for (int i = 0; i < 3 && error.empty(); ++i) {
+    for (std::size_t u : {u1, u0}) {
+      try {
+        auto w = s.acquire(u);
+        w.clear();
+        s.release(u);
+      } catch (const IOError& e) {
+        error = e.what();
+        break;
+      }
+    }
+  }
+  CHECK_THAT(error, Catch::Contains("changed on disk"));
   CHECK_THROWS_AS(s.acquire(u1), IOError);  // still failing, still typed
+  CHECK_THROWS_AS(s.acquire(u0), IOError);
 }

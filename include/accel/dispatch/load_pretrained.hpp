@@ -13,6 +13,14 @@
 // tensor is a KeyError naming it and the folder; a tensor whose shape disagrees with the config
 // is a ShapeError naming it. Keys the model does not have (GPT-2's stored attn.bias masks) are
 // ignored, as transformers ignores them.
+//
+// Placement (from_pretrained's device_map / max_memory / offload_folder): with `device_map` a
+// strategy ("auto", "balanced", "balanced_low_0", "sequential", planned under `max_memory`, by
+// default what get_max_memory() probes, minus `reserve`) or an explicit DeviceMap, each weight is
+// loaded straight to its placement and the model is dispatched (dispatch_model<Offload>, hooks
+// that stream the offloaded blocks). Disk weights of a safetensors checkpoint are read from its
+// shards in place; `offload_folder` is then only where the offload index goes (a temporary folder
+// when unset, removed with the model), and a .bin checkpoint's disk weights are written there.
 #pragma once
 
 #include <algorithm>
@@ -22,12 +30,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/json_read.hpp"
+#include "accel/dispatch/big_modeling.hpp"
+#include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
@@ -46,15 +57,27 @@ struct LoadPretrainedOptions {
   /// Weights in memory of their own rather than views of the mapped checkpoint: faster decoding,
   /// slower loading (LoadCheckpointOptions::disable_mmap).
   bool disable_mmap = false;
+  /// Where the weights go (see the header comment); nullopt: every weight on the CPU, no hooks.
+  std::optional<DeviceMapArg> device_map{};
+  /// Budgets for a strategy; nullopt: get_max_memory()'s probe of the machine.
+  std::optional<MaxMemory> max_memory{};
+  /// Where disk weights and the offload index go (see the header comment).
+  std::optional<std::string> offload_folder{};
+  /// Bytes each device keeps free for what runs (KV cache, activations, the prefetch ring).
+  MaxMemory reserve{};
 };
 
 /// A loaded model and what loading it took.
 struct PretrainedModel {
+  /// The temporary offload folder of a placed model (first: it outlives the model's hooks).
+  std::shared_ptr<detail::TempFolder> scratch;
   std::shared_ptr<models::CausalLM> model;
   nlohmann::json config;
   DType dtype = DType::f32;
   LoadResult load;
   double load_seconds = 0;
+  /// The placement used, when one was asked for.
+  std::optional<DeviceMap> device_map;
 };
 
 namespace detail {
@@ -78,9 +101,23 @@ inline std::optional<DType> config_dtype(const nlohmann::json& j, const std::str
 }
 }  // namespace detail
 
-/// Loads the causal LM of a Hugging Face model folder (see the header comment).
-inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder,
-                                                 const LoadPretrainedOptions& options = {}) {
+namespace detail {
+/// The entries of `dm` under module `base`, named relative to it (a base-model checkpoint is
+/// loaded into the base module).
+inline DeviceMap relative_device_map(const DeviceMap& dm, const std::string& base) {
+  DeviceMap out;
+  for (const auto& [k, p] : dm) {
+    if (k.empty() || k == base) out.set("", p);
+    else if (k.starts_with(base + ".")) out.set(k.substr(base.size() + 1), p);
+  }
+  return out;
+}
+}  // namespace detail
+
+/// Loads the causal LM of a Hugging Face model folder (see the header comment); Offload is how a
+/// placed model's offloaded weights travel.
+template <policy::Offload Offload = default_offload>
+PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, const LoadPretrainedOptions& options = {}) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path config_path = folder / "config.json";
   PretrainedModel out;
@@ -97,6 +134,24 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
   lo.dtype = out.dtype;
   lo.show_progress = options.show_progress;
   lo.disable_mmap = options.disable_mmap;
+  bool has_disk = false;
+  if (options.device_map) {
+    if (const auto* s = std::get_if<std::string>(&*options.device_map)) {
+      LoadAndDispatchOptions plan;
+      plan.no_split_module_classes = root.no_split_modules();
+      plan.dtype = out.dtype;
+      plan.reserve = options.reserve;
+      out.device_map = resolve_device_map(root, *s, options.max_memory ? *options.max_memory : plan::get_max_memory(), plan);
+    } else {
+      out.device_map = std::get<DeviceMap>(*options.device_map);
+      check_device_map(root, *out.device_map);
+    }
+    for (const auto& [k, p] : *out.device_map) has_disk |= p.is_disk();
+    if (has_disk && !options.offload_folder) out.scratch = std::make_shared<detail::TempFolder>("accel_offload_");
+    lo.offload_folder = options.offload_folder ? *options.offload_folder : (out.scratch ? out.scratch->path() : std::string());
+    if (!has_disk && !options.offload_folder) lo.offload_folder.reset();
+    lo.device_map = out.device_map;
+  }
   out.load = load_checkpoint_in_model(root, checkpoint, lo);
   // A base-model checkpoint: every key lacks the base prefix; load it again into the base module.
   const std::string base = out.model->info().model_type == "gpt2" ? "transformer" : "model";
@@ -108,20 +163,25 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
                            return k.starts_with(prefix) || k.starts_with("lm_head.");
                          });
   if (base_keys && root.find_submodule(base)) {
-    LoadResult inner = load_checkpoint_in_model(root.get_submodule(base), checkpoint, lo);
+    LoadCheckpointOptions inner_options = lo;
+    if (lo.device_map) inner_options.device_map = detail::relative_device_map(*lo.device_map, base);
+    LoadResult inner = load_checkpoint_in_model(root.get_submodule(base), checkpoint, inner_options);
     for (auto& k : inner.missing_keys) k = prefix + k;
     out.load = std::move(inner);
   }
-  // Every weight must now hold data; a tied name counts as filled through its cell.
+  // Every weight must now hold data or be placed on disk; a tied name counts as filled through its cell.
   out.load.missing_keys.clear();
   for (const auto& [name, t] : root.state_dict()) {
-    if (t.is_meta()) out.load.missing_keys.push_back(name);
+    const bool on_disk = out.device_map && out.device_map->lookup(name) && out.device_map->lookup(name)->is_disk();
+    if (t.is_meta() && !on_disk) out.load.missing_keys.push_back(name);
   }
   if (!out.load.missing_keys.empty()) {
     throw KeyError(folder.string() + ": the checkpoint has no tensor '" + out.load.missing_keys.front() + "' (the " +
                    out.model->info().model_type + " model of config.json needs it; " +
                    std::to_string(out.load.missing_keys.size()) + " missing in all)");
   }
+  // A plan that puts everything on disk still runs: the hooks stream every block in.
+  if (out.device_map) dispatch_model<Offload>(root, *out.device_map, {.offload_dir = lo.offload_folder, .force_hooks = has_disk});
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -102,11 +102,13 @@ class WeightStream {
   }
 
   /// The tensors of unit `id`, in the order add_unit got them, as views of its ring buffer in the
-  /// stored dtype; waits for the read. Schedules the next `depth` units.
+  /// stored dtype; waits for the read. Schedules the next `depth` units. A unit asked for again
+  /// before its release gets the same buffer (one release frees it).
   std::vector<Tensor> acquire(std::size_t id) {
     std::unique_lock lock(mu_);
     check_id(id);
     Unit& u = units_[id];
+    if (u.state == State::in_use) return views(u);  // asked again before its release: the same buffer
     if (depth_ == 0) return acquire_now(lock, u);
     start_worker();
     if (u.state == State::idle) {
@@ -221,11 +223,7 @@ class WeightStream {
     const auto t0 = std::chrono::steady_clock::now();
     std::uint64_t bytes = 0;
     try {
-      std::lock_guard reading(reader_mu_);
-      for (const Range& r : ranges) {
-        reader_.read(r.file, r.begin, r.end - r.begin, base + r.pos, r.name);
-        bytes += r.end - r.begin;
-      }
+      bytes = read_ranges(ranges, base);
     } catch (...) {
       lock.lock();
       slots_[u.slot].busy = false;
@@ -239,6 +237,16 @@ class WeightStream {
     bytes_read_ += bytes;
     u.state = State::in_use;
     return views(u);
+  }
+  // Reads a unit's ranges into its buffer at `base`; returns the weight bytes read.
+  std::uint64_t read_ranges(const std::vector<Range>& ranges, std::byte* base) {
+    std::lock_guard reading(reader_mu_);
+    std::uint64_t bytes = 0;
+    for (const Range& r : ranges) {
+      reader_.read(r.file, r.begin, r.end - r.begin, base + r.pos, r.name);
+      bytes += r.end - r.begin;
+    }
+    return bytes;
   }
   std::vector<Tensor> views(const Unit& u) const {
     std::vector<Tensor> out;
@@ -337,11 +345,7 @@ class WeightStream {
       const auto t0 = std::chrono::steady_clock::now();
       std::uint64_t bytes = 0;
       try {
-        std::lock_guard reading(reader_mu_);
-        for (const Range& r : ranges) {
-          reader_.read(r.file, r.begin, r.end - r.begin, base + r.pos, r.name);
-          bytes += r.end - r.begin;
-        }
+        bytes = read_ranges(ranges, base);
       } catch (...) {
         error = std::current_exception();
       }

@@ -319,10 +319,7 @@ class OffloadedWeightsLoader {
   std::optional<WeightLocation> locate(std::string_view key) const {
     if (state_.contains(key)) return std::nullopt;
     const std::string k(key);
-    const nlohmann::ordered_json* found = index_.find(k);
-    if (!found) throw KeyError("offloaded weights have no entry named '" + k + "'");
-    const auto& info = *found;
-    const std::filesystem::path file = offload_entry_path(folder_.value_or(""), k, info, source_);
+    const auto [info, file] = entry(k);
     if (is_safetensors_entry(info)) {
       const SafetensorsFile& f = safetensors(file.string());
       const std::string weight = info.value("weight_name", k);
@@ -345,10 +342,7 @@ class OffloadedWeightsLoader {
   Tensor at(std::string_view key) const {
     if (state_.contains(key)) return state_.at(key);
     const std::string k(key);
-    const nlohmann::ordered_json* found = index_.find(k);
-    if (!found) throw KeyError("offloaded weights have no entry named '" + k + "'");
-    const auto& info = *found;
-    const std::filesystem::path file = offload_entry_path(folder_.value_or(""), k, info, source_);
+    const auto [info, file] = entry(k);
     if (is_safetensors_entry(info)) {
       const SafetensorsFile& f = safetensors(file.string());
       Tensor t = f.tensor(info.value("weight_name", k));
@@ -362,6 +356,12 @@ class OffloadedWeightsLoader {
   Tensor operator[](std::string_view key) const { return at(key); }
 
  private:
+  // The index entry of `k` and the file it names; KeyError when unknown.
+  std::pair<const nlohmann::ordered_json&, std::filesystem::path> entry(const std::string& k) const {
+    const nlohmann::ordered_json* found = index_.find(k);
+    if (!found) throw KeyError("offloaded weights have no entry named '" + k + "'");
+    return {*found, offload_entry_path(folder_.value_or(""), k, *found, source_)};
+  }
   const SafetensorsFile& safetensors(const std::string& path) const {
     std::lock_guard lock(*mutex_);
     auto it = files_->find(path);
