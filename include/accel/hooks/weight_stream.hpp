@@ -366,7 +366,7 @@ class WeightStream {
   const std::size_t depth_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Unit> units_;
+  std::deque<Unit> units_;  ///< a deque: a unit's address holds while the reader works on it unlocked
   std::vector<Slot> slots_;
   std::deque<std::size_t> queue_;
   std::uint64_t slot_bytes_ = 0;
