@@ -306,6 +306,48 @@ TEST_CASE("cuda: non-blocking copies on streams, ordered with events", "[cuda]")
   high.synchronize();
 }
 
+TEST_CASE("cuda: freed device memory is cached, reused in stream order, and given back on request", "[cuda]") {
+  ACCEL_REQUIRE_GPU();
+  cuda::empty_cache(0);
+  CHECK(cuda::runtime().cached_bytes(0) == 0);
+  const std::size_t live = accel::memory_stats(gpu).allocated_bytes;
+  const void* first = nullptr;
+  {
+    Tensor a = Tensor::full(Shape{3 << 20}, 1.0, DType::f32, gpu);  // 12 MiB
+    first = a.data_ptr();
+  }
+  CHECK(cuda::runtime().cached_bytes(0) == 12u << 20);
+  {
+    // The same size again: the cached block, written only after the fill above is done.
+    Tensor b = Tensor::full(Shape{3 << 20}, 2.0, DType::f32, gpu);
+    CHECK(b.data_ptr() == first);
+    CHECK(cuda::runtime().cached_bytes(0) == 0);
+    CHECK(b.to(Device::cpu()).to_vector<float>()[12345] == 2.0f);
+    // A much smaller request does not take a large block (no more than half wasted).
+    Tensor small = Tensor::empty(Shape{1000}, DType::f32, gpu);
+    CHECK(small.data_ptr() != first);
+  }
+  // Freed on one stream, reused on another: the second stream waits for the first's work.
+  {
+    cuda::Stream s1(0), s2(0);
+    void* p = nullptr;
+    {
+      cuda::StreamGuard g(s1);
+      Tensor a = Tensor::full(Shape{1 << 20}, 3.0, DType::f32, gpu);
+      p = a.data_ptr();
+    }
+    cuda::StreamGuard g(s2);
+    Tensor b = Tensor::full(Shape{1 << 20}, 4.0, DType::f32, gpu);
+    CHECK(b.data_ptr() == p);
+    CHECK(b.to(Device::cpu()).to_vector<float>().back() == 4.0f);
+  }
+  CHECK(cuda::runtime().cached_bytes(0) > 0);
+  cuda::empty_cache(0);
+  CHECK(cuda::runtime().cached_bytes(0) == 0);
+  // Counters count live storages only: the cached blocks never showed in them.
+  CHECK(accel::memory_stats(gpu).allocated_bytes == live);
+}
+
 TEST_CASE("cuda: pinned allocation is page-locked and counted", "[cuda]") {
   ACCEL_REQUIRE_GPU();
   const auto before = accel::pinned_memory_stats();

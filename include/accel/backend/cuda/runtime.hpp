@@ -9,8 +9,10 @@
 //   cuda::DeviceGuard, Stream, Event       RAII over cudaSetDevice / cudaStream_t / cudaEvent_t
 //   cuda::current_stream(i), StreamGuard   this thread's stream for device i (default: legacy 0)
 //   cuda::synchronize(i)
-//   cuda::CudaRuntime                      memory, copies and fills; its functions fill the
-//                                          runtime slots of accel::cuda_backend() at start-up
+//   cuda::CudaRuntime                      memory (cached: backend/cuda/caching_allocator.hpp), copies
+//                                          and fills; its functions fill the runtime slots of
+//                                          accel::cuda_backend() at start-up
+//   cuda::empty_cache(i)                   freed device memory back to the driver
 //
 // Every copy, fill and kernel of the backend runs on the current stream of its device, and a
 // blocking copy waits for that stream, so work queued by the ops is always finished first.
@@ -37,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "accel/backend/cuda/caching_allocator.hpp"
 #include "accel/core/device.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/core/dtype.hpp"
@@ -410,33 +413,44 @@ class StagingPair {
 
 // ---- the backend ------------------------------------------------------------------------------
 
+
 /// Memory, copies and fills over the CUDA runtime (see the header comment for stream semantics).
 class CudaRuntime {
  public:
 
+  /// Device memory from the caching allocator (backend/cuda/caching_allocator.hpp): a block
+  /// freed earlier is reused, ordered after the work that used it.
   void* allocate(int index, std::size_t nbytes) {
     check_device_index(index, "allocate");
     DeviceGuard g(index);
-    void* p = nullptr;
-    // At least one byte, so that every storage owns a real pointer and is freed exactly once.
-    const cudaError_t e = cudaMalloc(&p, std::max<std::size_t>(nbytes, 1));
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
+    cudaError_t e = cudaSuccess;
+    void* p = cache_.allocate(index, nbytes, current_stream(index), &e);
+    if (!p) {
       throw OutOfMemoryError("cuda:" + std::to_string(index), nbytes,
-                             std::string("cudaMalloc: ") + cudaGetErrorString(e));
+                             std::string("cudaMalloc (with the cache released): ") + cudaGetErrorString(e));
     }
     return p;
   }
 
+  /// Returns `p` to the cache, after the work queued on this thread's current stream.
   void deallocate(int index, void* p) noexcept {
-    if (!p) return;
+    if (!p || index < 0 || index >= accel::detail::max_cuda_devices) return;
     int previous = -1;
     const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != index &&
                                cudaSetDevice(index) == cudaSuccess;
     // Errors here (e.g. the runtime already unloading at exit) have nobody to report to.
-    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+    cache_.deallocate(index, p, detail::current_streams()[static_cast<std::size_t>(index)]);
     if (switch_device) (void)cudaSetDevice(previous);
   }
+
+  /// Gives the cached blocks of GPU `index` back to the driver (Accelerate's clear_device_cache).
+  void empty_cache(int index) {
+    check_device_index(index, "empty_cache");
+    DeviceGuard g(index);
+    cache_.empty_cache(index);
+  }
+  /// Bytes of freed device memory the cache holds for GPU `index`.
+  std::size_t cached_bytes(int index) const { return cache_.cached_bytes(index); }
 
   void* allocate_pinned(std::size_t nbytes) noexcept {
     void* p = nullptr;
@@ -532,6 +546,8 @@ class CudaRuntime {
     (void)cudaEventDestroy(e);  // released once the wait has been satisfied
     check(w, "cudaStreamWaitEvent");
   }
+
+  CachingAllocator cache_;
 };
 
 /// The process-wide runtime. Never destroyed: storages freed during static destruction may
@@ -540,6 +556,9 @@ inline CudaRuntime& runtime() {
   static CudaRuntime* r = new CudaRuntime();
   return *r;
 }
+
+/// Gives the freed device memory the cache holds for GPU `index` back to the driver.
+inline void empty_cache(int index) { runtime().empty_cache(index); }
 
 namespace detail {
 /// Start-up registration of the runtime slots: any translation unit that includes this header
