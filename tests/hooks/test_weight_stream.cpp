@@ -114,6 +114,23 @@ TEST_CASE("A unit asked for twice before its release is served, not waited for",
   }
 }
 
+TEST_CASE("A unit larger than the buffers, added after they were made, gets a buffer of its size", "[hooks][stream]") {
+  accel_test::TempDir dir;
+  const std::string a = write_ints(dir, "a.bin", 0, 100000);
+  for (std::size_t depth : {0, 1}) {
+    hooks::WeightStream s(depth);
+    const std::size_t small = s.add_unit("small", {loc("w", a, 3, 10)});
+    auto w = s.acquire(small);
+    w.clear();
+    s.release(small);
+    const std::size_t large = s.add_unit("large", {loc("big", a, 5, 90000)});
+    auto v = s.acquire(large);
+    CHECK(values(v[0]).back() == 5 + 90000 - 1);
+    v.clear();
+    s.release(large);
+  }
+}
+
 TEST_CASE("Depth 0 reads each unit when asked, into one buffer", "[hooks][stream]") {
   accel_test::TempDir dir;
   const std::string a = write_ints(dir, "a.bin", 0, 20000);

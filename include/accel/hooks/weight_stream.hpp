@@ -296,6 +296,8 @@ class WeightStream {
     return s;
   }
   std::size_t claim(std::size_t i) {
+    // A unit added after this buffer was made may be larger than it: never read past its end.
+    if (slots_[i].storage.nbytes() < slot_bytes_ + io::WeightFileReader::alignment) slots_[i] = new_slot();
     slots_[i].busy = true;
     return i;
   }
