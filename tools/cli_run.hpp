@@ -179,7 +179,6 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
     auto guard = nn::init_empty_weights(false);
     meta = models::causal_lm_from_hf_config(config, dtype);
   }
-  const auto& info = meta->info();
   std::vector<Reservation> out;
   const ByteSize kv = plan::estimate_kv_cache_bytes(plan::kv_cache_shape_from_hf_config(config, tokens, 1, dtype));
   out.push_back({"KV cache for " + std::to_string(tokens) + " tokens", where, kv.bytes()});
@@ -222,7 +221,6 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
                        ", beside the one the planner keeps)",
                    where, static_cast<double>(prefetch) * layer});
   }
-  (void)info;
   return out;
 }
 

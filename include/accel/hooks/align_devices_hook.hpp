@@ -103,7 +103,6 @@ class AlignDevicesHookBase : public ModelHook {
   void set_execution_device(std::optional<Device> d) { o_.execution_device = d; }
 
   void init_hook(nn::Module& module) override {
-    module_ = &module;
     if (!o_.offload) {
       if (o_.execution_device) {
         for (const auto& t : module_tensors(module, true, o_.place_submodules, false)) place(module, t, *o_.execution_device);
@@ -165,7 +164,6 @@ class AlignDevicesHookBase : public ModelHook {
     park();
     for (auto& m : managed_) *m.slot = m.original;
     managed_.clear();
-    module_ = nullptr;
   }
 
   /// Moving a module whose weights this hook parks is refused; moving a dispatched model (its root
@@ -321,7 +319,6 @@ class AlignDevicesHookBase : public ModelHook {
   std::vector<Managed> managed_;
   std::vector<std::pair<const nn::Parameter*, Device>> added_;
   std::optional<Device> input_device_;
-  nn::Module* module_ = nullptr;
   bool warned_ = false;
   std::optional<std::size_t> unit_;  ///< this hook's unit of the stream
   bool acquired_ = false;

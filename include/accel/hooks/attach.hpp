@@ -81,12 +81,8 @@ inline bool in_list(const std::vector<std::string>& v, const std::string& s) {
 inline std::string child_name(const std::string& parent, const std::string& child) {
   return parent.empty() ? child : parent + "." + child;
 }
-/// True when no stream is given: the offloading hooks of one call then share one of Offload's
-/// depth (0 under sync_offload: each block read when called).
-template <policy::Offload Offload, class Options>
-bool needs_stream(const Options& o) {
-  return !o.stream;
-}
+/// The options with a stream of Offload's depth (0 under sync_offload: each block read when
+/// called), which the offloading hooks of one call share.
 template <policy::Offload Offload, class Options>
 Options with_stream(Options o) {
   o.stream = std::make_shared<WeightStream>(Offload::prefetch_depth);
@@ -115,7 +111,7 @@ void attach_execution_device_hook(nn::Module& module, Device execution_device, c
 /// to any hook already there), or one on the whole subtree of a preload class when offloading.
 template <policy::Offload Offload = policy::sync_offload>
 void attach_align_device_hook(nn::Module& module, const AttachOptions& o) {
-  if (o.offload && detail::needs_stream<Offload>(o)) return attach_align_device_hook<Offload>(module, detail::with_stream<Offload>(o));
+  if (o.offload && !o.stream) return attach_align_device_hook<Offload>(module, detail::with_stream<Offload>(o));
   const bool full_offload = o.offload && detail::in_list(o.preload_module_classes, module.class_name());
   if (detail::has_direct_tensors(module) || full_offload) {
     AlignDevicesOptions h{.execution_device = o.execution_device,
@@ -139,7 +135,7 @@ void attach_align_device_hook(nn::Module& module, const AttachOptions& o) {
 /// Accelerate's attach_align_device_hook_on_blocks (see the header comment).
 template <policy::Offload Offload = policy::sync_offload>
 void attach_align_device_hook_on_blocks(nn::Module& module, const BlockAttachOptions& o) {
-  if (detail::needs_stream<Offload>(o)) return attach_align_device_hook_on_blocks<Offload>(module, detail::with_stream<Offload>(o));
+  if (!o.stream) return attach_align_device_hook_on_blocks<Offload>(module, detail::with_stream<Offload>(o));
   const std::string& name = o.module_name;
   const auto dev = o.execution_device.find(name);
   const auto off = o.offload.find(name);
