@@ -85,6 +85,19 @@ TEST_CASE("pinned host memory counts as cpu memory and as pinned") {
   REQUIRE(pinned_memory_stats().allocated_bytes == pin0);
 }
 
+TEST_CASE("pin_memory copies a CPU tensor into pinned memory once") {
+  const Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{2, 3}).transpose(0, 1);
+  CHECK_FALSE(t.is_pinned());
+  const Tensor p = t.pin_memory();
+  CHECK(p.is_pinned());
+  CHECK(p.is_contiguous());
+  CHECK(p.shape() == t.shape());
+  CHECK(p.contiguous().to_vector<float>() == t.contiguous().to_vector<float>());
+  CHECK(p.pin_memory().data_ptr() == p.data_ptr());  // pinned already: the same tensor
+  CHECK_THROWS_AS(Tensor::empty({2}, DType::f32, Device::meta()).pin_memory(), DeviceError);
+  CHECK_THROWS_AS(Tensor().pin_memory(), DeviceError);
+}
+
 TEST_CASE("CUDA devices without a backend raise DeviceError, not a crash") {
   if (cuda_device_count() > 0) {
     SUCCEED("a GPU is present; the CUDA tests cover it");

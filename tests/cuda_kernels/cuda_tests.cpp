@@ -608,8 +608,10 @@ TEST_CASE("cuda dispatch: blocks on the GPU, the CPU and disk give the logits of
   const auto tokens = accel::models::generate(*whole.model, ids.to(gpu), greedy).new_tokens[0];
 
   const auto offload_dir = std::filesystem::temp_directory_path() / ("accel_cuda_dispatch_" + std::to_string(::getpid()));
-  for (const accel::Placement other : {accel::Placement::cpu(), accel::Placement::disk()}) {
-    INFO(other.str());
+  // Each placement of the odd blocks under each policy: sync copies in the compute stream's
+  // order, prefetch<N> through the device stage (copy stream, events, a ring of N + 1 blocks).
+  auto run = [&]<class Offload>(accel::Placement other, Offload) {
+    INFO(other.str() << " prefetch depth " << Offload::prefetch_depth);
     std::filesystem::remove_all(offload_dir);
     const auto config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
     std::shared_ptr<accel::models::CausalLM> lm;
@@ -621,14 +623,36 @@ TEST_CASE("cuda dispatch: blocks on the GPU, the CPU and disk give the logits of
     const accel::DeviceMap dm = llama_block_map(root, accel::Placement::gpu(0), other);
     accel::load_checkpoint_in_model(root, accel::io::resolve_checkpoint_folder(dir).path.string(),
                                     {.device_map = dm, .offload_folder = offload_dir.string(), .show_progress = false});
-    const std::size_t before = accel::memory_stats(gpu).allocated_bytes;
-    accel::dispatch_model(root, dm, {.offload_dir = offload_dir.string()});
+    accel::dispatch_model<Offload>(root, dm, {.offload_dir = offload_dir.string()});
     for (const Device& d : lm->layer_devices()) CHECK(d == gpu);
+    // The largest offloaded block: the ring holds N + 1 of them at most.
+    std::size_t block = 0;
+    for (const auto& [name, m] : root.named_modules()) {
+      if (name.rfind("model.layers.", 0) == 0 && name.find('.', 13) == std::string::npos &&
+          std::stoul(name.substr(13)) % 2 == 1) {
+        std::size_t bytes = 0;
+        for (const auto& [n, t] : m->state_dict()) bytes += t.numel() * accel::itemsize(t.dtype());
+        block = std::max(block, bytes);
+      }
+    }
+    accel::cuda::synchronize(0);
+    const std::size_t resident = accel::memory_stats(gpu).allocated_bytes;
+    accel::reset_peak_memory_stats(gpu);
     const Tensor out = lm->logits(ids, nullptr, 0);  // inputs on the CPU: the root's hook moves them
     CHECK(out.device() == Device::cpu());            // and brings the outputs back
     CHECK(out.to_vector<float>() == expect);
     CHECK(accel::models::generate(*lm, ids, greedy).new_tokens[0] == tokens);
-    (void)before;
+    const std::size_t extra = accel::memory_stats(gpu).peak_allocated_bytes - resident;
+    // Offloaded weights in flight, plus activations and the cache of an 8-token prompt (small next
+    // to a block here); lm_head is offloaded too and may be the largest unit.
+    const std::size_t head = root.get_submodule("lm_head").state_dict().begin()->second.numel() * 4;
+    const std::size_t ring = (Offload::prefetch_depth + 1) * (std::max(block, head) + (std::size_t{1} << 16));
+    CHECK(extra <= ring + (std::size_t{4} << 20));
+  };
+  for (const accel::Placement other : {accel::Placement::cpu(), accel::Placement::disk()}) {
+    run(other, accel::policy::sync_offload{});
+    run(other, accel::policy::prefetch<1>{});
+    run(other, accel::policy::prefetch<2>{});
   }
   std::filesystem::remove_all(offload_dir);
 
@@ -653,4 +677,45 @@ TEST_CASE("cuda dispatch: blocks on the GPU, the CPU and disk give the logits of
   }
   handles.back()->offload();
   CHECK(chain.back().model->module().get_parameter("lm_head.weight").device() == Device::cpu());
+}
+
+TEST_CASE("cuda device stage: pinned and pageable sources reach a compute stream of the caller's, N blocks ahead", "[cuda][stage]") {
+  ACCEL_REQUIRE_GPU();
+  accel::cuda::Stream compute(0);
+  accel::cuda::StreamGuard on(compute);  // the ops (and the stage's waits) use this stream
+  {
+    accel::hooks::WeightStream host(2);
+    accel::hooks::DeviceStage& stage = host.device_stage(gpu);
+    std::vector<Tensor> sources;
+    std::vector<std::size_t> ids;
+    for (int u = 0; u < 6; ++u) {
+      // 6 MB a piece: pageable ones take the staged path, pinned ones the direct one.
+      const std::int64_t n = (std::int64_t{3} << 20) / 2 + u;
+      Tensor t = Tensor::full({n}, 1.0 + u, DType::f32);
+      if (u % 2) {
+        Tensor p = Tensor::from_storage(accel::Storage::allocate_pinned(static_cast<std::size_t>(n) * 4), DType::f32, {n});
+        p.copy_(t);
+        t = p;
+      }
+      sources.push_back(t);
+      ids.push_back(stage.add_unit("u" + std::to_string(u), std::nullopt, {{DType::f32, Shape{n}, std::nullopt, t}}));
+    }
+    const std::size_t before = accel::memory_stats(gpu).allocated_bytes;
+    accel::reset_peak_memory_stats(gpu);
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t u : ids) {
+        std::vector<Tensor> w = stage.acquire(u);
+        // A conversion kernel on the compute stream, after the stage's wait, then back to the host.
+        const std::vector<float> got = w[0].to(DType::f64).to(Device::cpu()).to(DType::f32).to_vector<float>();
+        CHECK(got.size() == static_cast<std::size_t>(w[0].numel()));
+        CHECK(std::all_of(got.begin(), got.end(), [&](float v) { return v == static_cast<float>(1.0 + u); }));
+        w.clear();
+        stage.release(u);
+      }
+    }
+    CHECK(stage.buffers() <= 3);
+    CHECK(accel::memory_stats(gpu).peak_allocated_bytes - before <=
+          3 * (stage.slot_bytes() + accel::hooks::DeviceStage::alignment) + (std::size_t{64} << 20));
+  }
+  compute.synchronize();
 }

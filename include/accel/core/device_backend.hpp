@@ -95,6 +95,29 @@ struct DeviceBackend {
   /// Free and total bytes of GPU `index` as the driver sees them (other processes included).
   void (*mem_get_info)(int index, std::size_t* free_bytes, std::size_t* total_bytes) = nullptr;
 
+  // ---- queues (backend/cuda/runtime.hpp): what an overlapped copy pipeline needs ----
+  // Streams and events are opaque handles; a null stream names the calling thread's current
+  // stream of the device (the one the ops queue on).
+  /// A new non-blocking stream on GPU `index`, of the highest priority (copies must not queue
+  /// behind compute); stream_destroy releases it.
+  void* (*stream_create)(int index) = nullptr;
+  void (*stream_destroy)(int index, void* stream) noexcept = nullptr;
+  /// An event without timing on GPU `index`; event_destroy releases it.
+  void* (*event_create)(int index) = nullptr;
+  void (*event_destroy)(int index, void* event) noexcept = nullptr;
+  /// Records `event` at the current end of `stream` of GPU `index`.
+  void (*event_record)(int index, void* event, void* stream) = nullptr;
+  /// Work queued on `stream` of GPU `index` after this call waits for `event`, on the GPU.
+  void (*stream_wait_event)(int index, void* stream, void* event) = nullptr;
+  /// Blocks the calling thread until the work recorded in `event` is done.
+  void (*event_synchronize)(int index, void* event) = nullptr;
+  /// Queues a copy on `stream` (one end on GPU `index`, the other host memory or the same GPU).
+  /// Pinned host memory is copied by the DMA engine after the call returns, so it must stay as
+  /// it is until an event recorded after the copy completes; pageable host memory goes through
+  /// the backend's pinned staging and has been read when the call returns.
+  void (*copy_on_stream)(void* dst, Device dst_device, const void* src, Device src_device, std::size_t nbytes,
+                         void* stream) = nullptr;
+
   // ---- kernel slots (backend/cuda/kernels.cuh); false: no kernel for the request ----
   /// Converts `n` contiguous elements on GPU d, queued on its current stream.
   bool (*convert)(Device d, const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n) = nullptr;

@@ -290,6 +290,11 @@ class Tensor {
   Tensor contiguous() const;
   /// A contiguous copy that owns its storage.
   Tensor clone() const;
+  /// True when the bytes are page-locked host memory (Storage::allocate_pinned).
+  bool is_pinned() const noexcept { return defined_ && storage_ && storage_.kind() == MemoryKind::pinned; }
+  /// torch's pin_memory: this tensor when pinned already, else a contiguous copy in page-locked
+  /// host memory (which a GPU copies from without staging). CPU tensors only.
+  Tensor pin_memory() const;
   /// This tensor when device and dtype already match (no copy), otherwise a converted copy.
   Tensor to(Device device, std::optional<DType> dtype = std::nullopt, bool non_blocking = false,
             bool copy = false) const;

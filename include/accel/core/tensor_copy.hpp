@@ -174,6 +174,16 @@ inline Tensor Tensor::clone() const {
   return t;
 }
 
+inline Tensor Tensor::pin_memory() const {
+  if (!defined_ || !is_cpu()) {
+    throw DeviceError("pin_memory: only CPU tensors can be pinned (got " + (defined_ ? device_.str() : std::string("an undefined tensor")) + ")");
+  }
+  if (is_pinned()) return *this;
+  Tensor t = from_storage(Storage::allocate_pinned(static_cast<std::size_t>(numel()) * element_size()), dtype_, shape_);
+  t.copy_(*this);
+  return t;
+}
+
 inline Tensor Tensor::to(Device device, std::optional<DType> dtype, bool non_blocking, bool copy) const {
   const DType dt = dtype.value_or(dtype_);
   if (!copy && device == device_ && dt == dtype_) return *this;

@@ -73,6 +73,8 @@ nn::Module& cpu_offload(nn::Module& model, OffloadOptions o = {}) {
   if (o.state_dict) {
     sd = std::move(*o.state_dict);
   } else {
+    // The device stage of prefetch<N> copies from page-locked memory without staging.
+    if (Offload::id == policy::OffloadMode::prefetch && exec.is_cuda()) dispatch::detail::pin_cpu_tensors(model);
     for (const auto& [name, t] : model.state_dict()) {
       if (t.defined() && !t.is_meta()) sd.insert_or_assign(name, t.to(Device::cpu()));
     }

@@ -18,7 +18,9 @@
 // read for each call: CPU blocks from the CPU tensors the model holds, disk blocks from
 // `offload_dir`'s index (written from the model's own tensors when the folder has none) or from
 // `offload_index`. The root gets a hook that brings the inputs to the main device and the
-// outputs back (io_same_device).
+// outputs back (io_same_device). Under prefetch<N> on a GPU, the CPU blocks' tensors move to
+// page-locked memory first (in place: no second copy), which the device stage copies from with
+// the DMA engine alone (hooks/device_stage.hpp).
 //
 // Differences from Accelerate:
 // - A tied weight stored once (the checkpoint or the folder holds one name of the group) is read
@@ -95,6 +97,18 @@ inline io::StateDict submodules_state_dict(const nn::Module& model, const std::v
   return out;
 }
 
+/// Puts the CPU tensors of `model` under the given module names (all when null) in page-locked
+/// memory, in their own cells, so the device stage copies them without staging and no second
+/// copy stays behind.
+inline void pin_cpu_tensors(nn::Module& model, const std::vector<std::string>* modules = nullptr) {
+  for (const auto& [name, cell] : model.state_dict_cells()) {
+    if (modules && std::none_of(modules->begin(), modules->end(), [&](const std::string& m) { return plan::DeviceMap::covers(m, name); })) {
+      continue;
+    }
+    if (cell->data.defined() && cell->data.is_cpu() && !cell->data.is_pinned()) cell->data = cell->data.pin_memory();
+  }
+}
+
 inline std::string first_meta_tensor(const nn::Module& model) {
   for (const auto& [name, t] : model.state_dict()) {
     if (t.defined() && t.is_meta()) return name;
@@ -141,7 +155,10 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
     if (p.is_disk()) disk_modules.push_back(name);
   }
   std::optional<io::StateDict> state_dict = o.state_dict;
-  if (!main.is_cpu() && !state_dict && !cpu_modules.empty()) state_dict = detail::submodules_state_dict(model, cpu_modules);
+  if (!main.is_cpu() && !state_dict && !cpu_modules.empty()) {
+    if (Offload::id == policy::OffloadMode::prefetch && main.is_cuda()) detail::pin_cpu_tensors(model, &cpu_modules);
+    state_dict = detail::submodules_state_dict(model, cpu_modules);
+  }
   if (!disk_modules.empty() && !o.offload_dir && !o.offload_index) {
     std::string names;
     for (const auto& n : disk_modules) names += (names.empty() ? "" : ", ") + n;

@@ -31,7 +31,11 @@
 // before the forward, as Accelerate does; prefetch<N> reads the next N blocks ahead. Weights the
 // weights map locates on disk are read through the stream the attach helpers give the hooks
 // (hooks/weight_stream.hpp: direct reads into a reused buffer, so the page cache does not keep
-// them); a hook without a stream reads through the weights map.
+// them); a hook without a stream reads through the weights map. On a GPU under prefetch<N>, the
+// weights held on disk or in CPU memory reach the device through the stream's device stage
+// (hooks/device_stage.hpp: a copy stream and events, the next N blocks copied while one
+// computes); the weights then are views of its ring, cast per call when the module's dtype
+// differs.
 //
 // Differences from Accelerate:
 // - A weight whose shape in weights_map differs from the module's is a ShapeError naming the
@@ -55,6 +59,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/hooks/model_hook.hpp"
+#include "accel/hooks/device_stage.hpp"
 #include "accel/hooks/weight_stream.hpp"
 #include "accel/hooks/weights_map.hpp"
 #include "accel/io/state_dict.hpp"
@@ -183,13 +188,17 @@ class AlignDevicesHookBase : public ModelHook {
   /// Brings the offloaded weights to the execution device (what pre_forward does before the
   /// arguments move); align_module_device uses it on its own.
   void materialize(nn::Module& module) {
-    if (acquired_) park();  // a call that threw before post_forward left its unit in use
+    if (acquired_ || stage_acquired_) park();  // a call that threw before post_forward left its unit in use
     const Device d = o_.execution_device.value_or(Device::cpu());
     added_.clear();
-    std::vector<Tensor> streamed;
+    std::vector<Tensor> streamed, staged;
     if (unit_) {
       streamed = o_.stream->acquire(*unit_);
       acquired_ = true;
+    }
+    if (stage_unit_) {
+      staged = stage_->acquire(*stage_unit_);
+      stage_acquired_ = true;
     }
     for (auto& m : managed_) {
       if (!m.own->data.is_meta()) continue;  // a tied name of this hook already brought it
@@ -200,7 +209,7 @@ class AlignDevicesHookBase : public ModelHook {
           continue;
         }
       }
-      Tensor value = m.streamed ? streamed[m.stream_index] : weights_.at(m.name);
+      Tensor value = m.staged ? staged[m.stage_index] : m.streamed ? streamed[m.stream_index] : weights_.at(m.name);
       if (value.shape() != m.shape) {
         throw ShapeError(module.class_name() + ": offloaded weight '" + weights_.prefix() + m.name + "' has shape " +
                          value.shape().str() + " in the weights map but " + m.shape.str() + " in the module");
@@ -223,7 +232,8 @@ class AlignDevicesHookBase : public ModelHook {
     added_.clear();
     // Every view of the unit's buffer is gone: the ring may reuse it.
     if (acquired_) o_.stream->release(*unit_);
-    acquired_ = false;
+    if (stage_acquired_) stage_->release(*stage_unit_);
+    acquired_ = stage_acquired_ = false;
   }
 
  protected:
@@ -236,6 +246,8 @@ class AlignDevicesHookBase : public ModelHook {
     DType dtype;
     bool streamed = false;         ///< read through the stream, as its unit's weight stream_index
     std::size_t stream_index = 0;
+    bool staged = false;           ///< copied in by the device stage, as its unit's piece stage_index
+    std::size_t stage_index = 0;
   };
   struct TensorSlot {
     std::string name;
@@ -243,7 +255,9 @@ class AlignDevicesHookBase : public ModelHook {
     bool is_buffer, persistent;
   };
 
-  // Registers the weights the map locates on disk as one unit of the stream.
+  // Registers the weights the map locates on disk as one unit of the stream; on a GPU under
+  // prefetch<N>, every offloaded weight held on disk or in CPU memory as one unit of the stream's
+  // device stage too, which then owns the disk unit.
   void join_stream(nn::Module& module) {
     std::vector<io::WeightLocation> locations;
     for (auto& m : managed_) {
@@ -254,9 +268,34 @@ class AlignDevicesHookBase : public ModelHook {
       m.stream_index = locations.size();
       locations.push_back(std::move(*loc));
     }
-    if (locations.empty()) return;
     const std::string label = weights_.prefix().empty() ? module.class_name() : weights_.prefix();
-    unit_ = o_.stream->add_unit(label, std::move(locations));
+    std::optional<std::size_t> host_unit;
+    std::vector<DeviceStage::Piece> pieces;
+    const bool gpu = o_.execution_device && o_.execution_device->is_cuda() && o_.stream->depth() > 0;
+    for (std::size_t i = 0; gpu && i < managed_.size(); ++i) {
+      Managed& m = managed_[i];
+      if (is_shared_cell(m)) continue;
+      DeviceStage::Piece p;
+      if (m.streamed) {
+        p = {locations[m.stream_index].dtype, locations[m.stream_index].shape, m.stream_index, {}};
+      } else if (weights_.contains(m.name)) {
+        Tensor v = weights_.at(m.name);
+        if (!v.defined() || v.device() != Device::cpu()) continue;  // elsewhere already: moved per call
+        p = {v.dtype(), v.shape(), std::nullopt, std::move(v)};
+      } else {
+        continue;  // not in the map: the call reports it
+      }
+      m.staged = true;
+      m.stage_index = pieces.size();
+      pieces.push_back(std::move(p));
+    }
+    if (!locations.empty()) host_unit = o_.stream->add_unit(label, std::move(locations));
+    if (!pieces.empty()) {
+      stage_ = &o_.stream->device_stage(*o_.execution_device);
+      stage_unit_ = stage_->add_unit(label, host_unit, std::move(pieces));
+    } else {
+      unit_ = host_unit;
+    }
   }
   // A second name of a cell this hook already streams (tied inside the hooked subtree).
   bool is_shared_cell(const Managed& m) const {
@@ -320,8 +359,11 @@ class AlignDevicesHookBase : public ModelHook {
   std::vector<std::pair<const nn::Parameter*, Device>> added_;
   std::optional<Device> input_device_;
   bool warned_ = false;
-  std::optional<std::size_t> unit_;  ///< this hook's unit of the stream
+  std::optional<std::size_t> unit_;  ///< this hook's unit of the stream (read by the hook itself)
   bool acquired_ = false;
+  DeviceStage* stage_ = nullptr;     ///< the stream's stage for the execution GPU (owned by the stream)
+  std::optional<std::size_t> stage_unit_;
+  bool stage_acquired_ = false;
 };
 
 /// Accelerate's AlignDevicesHook, its offloaded weights travelling as `Offload` says (see the

@@ -11,11 +11,15 @@
 //
 // Depth 0 is sync_offload: each unit is read when asked for, in the caller's thread, into one
 // buffer reused from call to call (Accelerate's behaviour, without the page cache keeping what was
-// read). A call out of the predicted order is served all the same: the unit asked for goes to the front
-// of the queue, and a buffer holding a unit nobody asked for yet is reused when none is free.
-// Extra memory is bounded by N + 1 buffers of the largest unit (allocated from the CPU
-// allocator, so its peak counter shows them); a buffer some tensor still views when its unit is
-// released is left to that tensor and a new one is allocated instead of overwriting it.
+// read). The scheduling (calls out of order, buffers still viewed, failures) is the ring's
+// (hooks/unit_ring.hpp). Extra memory is bounded by N + 1 buffers of the largest unit, allocated
+// from the CPU allocator (so its peak counter shows them), page-locked once a GPU stage reads
+// from them.
+//
+// GPU execution: device_stage(cuda:i) is the stream's second stage for that GPU
+// (hooks/device_stage.hpp), which copies units from host memory (these buffers for disk
+// weights) into a ring of device buffers on a copy stream. The stages live as long as the
+// stream; the hooks of one model share both.
 //
 // Each unit's weights are grouped by file, sorted by offset, and read as few large ranges (two
 // weights less than 1 MiB apart share a read), with io::WeightFileReader: direct reads that
@@ -24,48 +28,44 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/storage.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/hooks/device_stage.hpp"
+#include "accel/hooks/unit_ring.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/weight_reader.hpp"
 
 namespace accel::hooks {
 
 /// The read-ahead of one dispatched model (see the header comment).
-class WeightStream {
+class WeightStream : public detail::UnitRing<WeightStream> {
+  using Ring = detail::UnitRing<WeightStream>;
+  friend Ring;
+
  public:
+  static constexpr const char* name = "WeightStream";
   /// Reads of at most this many bytes apart are merged into one.
   static constexpr std::uint64_t merge_gap = std::uint64_t{1} << 20;
 
   /// `depth`: units kept in flight ahead of the computing one (prefetch<N>'s N); 0 reads each
   /// unit when it is asked for, in the caller's thread, into one buffer (sync_offload).
-  explicit WeightStream(std::size_t depth) : depth_(depth) {}
+  explicit WeightStream(std::size_t depth) : Ring(depth, io::WeightFileReader::alignment) {}
   ~WeightStream() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (worker_.joinable()) worker_.join();
+    stages_.clear();  // their workers read through this stream
+    stop_worker();
   }
-  WeightStream(const WeightStream&) = delete;
-  WeightStream& operator=(const WeightStream&) = delete;
 
   /// Registers a unit (one hook's weights) and returns its id; units are predicted to be called
   /// in the order they are added. The files are opened now: a change after this is an error.
@@ -94,102 +94,26 @@ class WeightStream {
         k = j;
       }
     }
-    u.bytes = pos;
     u.weights = std::move(weights);
-    slot_bytes_ = std::max(slot_bytes_, pos);
-    units_.push_back(std::move(u));
-    return units_.size() - 1;
+    info_.push_back(std::move(u));
+    return add_scheduled(pos);
   }
 
-  /// The tensors of unit `id`, in the order add_unit got them, as views of its ring buffer in the
-  /// stored dtype; waits for the read. Schedules the next `depth` units. A unit asked for again
-  /// before its release gets the same buffer (one release frees it).
-  std::vector<Tensor> acquire(std::size_t id) {
-    std::unique_lock lock(mu_);
-    check_id(id);
-    Unit& u = units_[id];
-    if (u.state == State::in_use) return views(u);  // asked again before its release: the same buffer
-    if (depth_ == 0) return acquire_now(lock, u);
-    start_worker();
-    if (u.state == State::idle) {
-      u.state = State::queued;
-      queue_.push_front(id);
-      cv_.notify_all();
-    } else if (u.state == State::queued) {
-      // Asked for now: it jumps the queue.
-      queue_.erase(std::find(queue_.begin(), queue_.end(), id));
-      queue_.push_front(id);
+  /// The stage that brings units to GPU `device` (made on first use, with this stream's depth);
+  /// from then on the host buffers are page-locked, so the GPU reads them without staging.
+  DeviceStage& device_stage(Device device) {
+    if (!device.is_cuda()) throw DeviceError("WeightStream::device_stage: " + device.str() + " is not a GPU");
+    std::lock_guard lock(mu_);
+    auto& stage = stages_[device.index()];
+    if (!stage) {
+      pinned_ = true;
+      stage = std::make_unique<DeviceStage>(device, depth(), [this](std::size_t id) { return acquire(id); },
+                                            [this](std::size_t id) { release(id); });
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    waiting_ = id;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return u.state == State::ready || u.state == State::failed; });
-    waiting_.reset();
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (u.state == State::failed) {
-      std::exception_ptr e = std::exchange(u.error, nullptr);
-      u.state = State::idle;
-      std::rethrow_exception(e);
-    }
-    u.state = State::in_use;
-    last_ = id;
-    for (std::size_t k = 1; k <= depth_ && k < units_.size(); ++k) {
-      const std::size_t next = (id + k) % units_.size();
-      if (units_[next].state == State::idle) {
-        units_[next].state = State::queued;
-        queue_.push_back(next);
-      }
-    }
-    cv_.notify_all();
-    return views(u);
-  }
-
-  /// Gives unit `id`'s buffer back to the ring (after the forward that used it).
-  void release(std::size_t id) {
-    {
-      std::lock_guard lock(mu_);
-      check_id(id);
-      Unit& u = units_[id];
-      if (u.state != State::in_use) return;
-      free_slot(u);
-      u.state = State::idle;
-    }
-    cv_.notify_all();
-  }
-
-  std::size_t depth() const noexcept { return depth_; }
-  std::size_t units() const {
-    std::lock_guard lock(mu_);
-    return units_.size();
-  }
-  /// Bytes of the largest unit as laid out in a buffer (what each ring buffer holds).
-  std::uint64_t slot_bytes() const {
-    std::lock_guard lock(mu_);
-    return slot_bytes_;
-  }
-  /// Ring buffers allocated so far.
-  std::size_t buffers() const {
-    std::lock_guard lock(mu_);
-    return slots_.size();
-  }
-  /// Weight bytes read, seconds the reader spent reading, seconds callers waited for a unit.
-  struct Stats {
-    std::uint64_t bytes_read = 0;
-    double read_seconds = 0;
-    double wait_seconds = 0;
-  };
-  Stats stats() const {
-    std::lock_guard lock(mu_);
-    return {bytes_read_, read_seconds_, wait_seconds_};
-  }
-  void reset_stats() {
-    std::lock_guard lock(mu_);
-    bytes_read_ = 0;
-    read_seconds_ = wait_seconds_ = 0;
+    return *stage;
   }
 
  private:
-  enum class State : std::uint8_t { idle, queued, reading, ready, in_use, failed };
   struct Range {
     std::string file;
     std::uint64_t begin, end;  ///< file offsets
@@ -201,57 +125,30 @@ class WeightStream {
     std::vector<io::WeightLocation> weights;
     std::vector<std::uint64_t> at;  ///< each weight's byte offset in the buffer
     std::vector<Range> ranges;
-    std::uint64_t bytes = 0;
-    State state = State::idle;
-    std::size_t slot = 0;
-    std::exception_ptr error;
   };
-  struct Slot {
-    Storage storage;
-    std::uint64_t base = 0;  ///< first aligned byte
-    bool busy = false;
+  struct Job {
+    std::vector<Range> ranges;
+    std::byte* base;
   };
 
-  // depth 0: the unit is read here, now, into the one buffer (another when a nested unit holds it).
-  std::vector<Tensor> acquire_now(std::unique_lock<std::mutex>& lock, Unit& u) {
-    if (u.state == State::in_use) return views(u);
-    u.slot = *take_slot(/*urgent=*/true);
-    u.state = State::reading;
-    std::byte* base = slots_[u.slot].storage.data() + slots_[u.slot].base;
-    const std::vector<Range> ranges = u.ranges;
-    lock.unlock();
-    const auto t0 = std::chrono::steady_clock::now();
-    std::uint64_t bytes = 0;
-    try {
-      bytes = read_ranges(ranges, base);
-    } catch (...) {
-      lock.lock();
-      slots_[u.slot].busy = false;
-      u.state = State::idle;
-      throw;
-    }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    lock.lock();
-    read_seconds_ += dt;
-    wait_seconds_ += dt;  // the caller waited for all of it
-    bytes_read_ += bytes;
-    u.state = State::in_use;
-    return views(u);
+  // ---- the ring's customization points (hooks/unit_ring.hpp) ----
+  Storage new_storage(std::size_t bytes) const {
+    return pinned_ ? Storage::allocate_pinned(bytes) : Storage::allocate(Device::cpu(), bytes);
   }
-  // Reads a unit's ranges into its buffer at `base`; returns the weight bytes read.
-  std::uint64_t read_ranges(const std::vector<Range>& ranges, std::byte* base) {
+  Job prepare(std::size_t id, Slot& slot) { return {info_[id].ranges, slot_data(slot)}; }
+  std::uint64_t fill(const Job& job) {
     std::lock_guard reading(reader_mu_);
     std::uint64_t bytes = 0;
-    for (const Range& r : ranges) {
-      reader_.read(r.file, r.begin, r.end - r.begin, base + r.pos, r.name);
+    for (const Range& r : job.ranges) {
+      reader_.read(r.file, r.begin, r.end - r.begin, job.base + r.pos, r.name);
       bytes += r.end - r.begin;
     }
     return bytes;
   }
-  std::vector<Tensor> views(const Unit& u) const {
+  std::vector<Tensor> views(std::size_t id, const Slot& s) const {
+    const Unit& u = info_[id];
     std::vector<Tensor> out;
     out.reserve(u.weights.size());
-    const Slot& s = slots_[u.slot];
     for (std::size_t i = 0; i < u.weights.size(); ++i) {
       const auto& w = u.weights[i];
       const std::uint64_t byte = s.base + u.at[i];
@@ -260,126 +157,20 @@ class WeightStream {
     }
     return out;
   }
+  void on_acquire(std::size_t, Slot&) {}
+  void on_release(std::size_t, Slot&) {}
 
-  void check_id(std::size_t id) const {
-    if (id >= units_.size()) {
-      throw KeyError("WeightStream: no unit " + std::to_string(id) + " (" + std::to_string(units_.size()) + " registered)");
-    }
-  }
   // Opens the file now, so that what it is at registration is what later reads must find.
   void reader_opened(const std::string& file, const std::string& weight) {
     std::lock_guard lock(reader_mu_);
     reader_.open(file, weight);
   }
 
-  void start_worker() {
-    if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
-  }
-
-  // A free buffer, else a new one while fewer than depth + 1 exist; for the unit a caller waits
-  // on, else the buffer of a unit nobody asked for yet, else one more buffer (only when more
-  // than depth + 1 units are in use at once). nullopt: wait for a release.
-  std::optional<std::size_t> take_slot(bool urgent) {
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      if (!slots_[i].busy) return claim(i);
-    }
-    if (slots_.size() >= depth_ + 1 && !urgent) return std::nullopt;
-    if (slots_.size() >= depth_ + 1 && evict_one()) return take_slot(false);
-    slots_.push_back(new_slot());
-    return claim(slots_.size() - 1);
-  }
-  Slot new_slot() const {
-    Slot s;
-    s.storage = Storage::allocate(Device::cpu(), static_cast<std::size_t>(slot_bytes_ + io::WeightFileReader::alignment));
-    const auto addr = reinterpret_cast<std::uintptr_t>(s.storage.data());
-    s.base = (io::WeightFileReader::alignment - addr % io::WeightFileReader::alignment) % io::WeightFileReader::alignment;
-    return s;
-  }
-  std::size_t claim(std::size_t i) {
-    // A unit added after this buffer was made may be larger than it: never read past its end.
-    if (slots_[i].storage.nbytes() < slot_bytes_ + io::WeightFileReader::alignment) slots_[i] = new_slot();
-    slots_[i].busy = true;
-    return i;
-  }
-  // Frees the buffer of the ready unit furthest ahead of the last acquired one; false when none.
-  bool evict_one() {
-    std::optional<std::size_t> victim;
-    std::size_t best = 0;
-    for (std::size_t k = 0; k < units_.size(); ++k) {
-      if (units_[k].state != State::ready) continue;
-      const std::size_t ahead = (k + units_.size() - last_) % units_.size();
-      if (!victim || ahead > best) victim = k, best = ahead;
-    }
-    if (!victim) return false;
-    free_slot(units_[*victim]);
-    units_[*victim].state = State::idle;
-    return true;
-  }
-  void free_slot(Unit& u) {
-    Slot& s = slots_[u.slot];
-    // A tensor still viewing the buffer keeps it: the ring gets a fresh one instead.
-    if (s.storage.use_count() > 1) s = new_slot();
-    s.busy = false;
-  }
-
-  void run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      std::optional<std::size_t> slot;
-      std::size_t id = 0;
-      cv_.wait(lock, [&] {
-        if (stop_) return true;
-        if (queue_.empty()) return false;
-        id = queue_.front();
-        // The front was asked for by a caller when it waits for it (acquire pushes it there).
-        slot = take_slot(/*urgent=*/waiting_ && *waiting_ == id);
-        return slot.has_value();
-      });
-      if (stop_) return;
-      queue_.pop_front();
-      Unit& u = units_[id];
-      u.slot = *slot;
-      u.state = State::reading;
-      std::byte* base = slots_[*slot].storage.data() + slots_[*slot].base;
-      const std::vector<Range> ranges = u.ranges;
-      lock.unlock();
-      std::exception_ptr error;
-      const auto t0 = std::chrono::steady_clock::now();
-      std::uint64_t bytes = 0;
-      try {
-        bytes = read_ranges(ranges, base);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      lock.lock();
-      read_seconds_ += dt;
-      bytes_read_ += bytes;
-      if (error) {
-        slots_[u.slot].busy = false;
-        u.error = error;
-        u.state = State::failed;
-      } else {
-        u.state = State::ready;
-      }
-      cv_.notify_all();
-    }
-  }
-  const std::size_t depth_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Unit> units_;  ///< a deque: a unit's address holds while the reader works on it unlocked
-  std::vector<Slot> slots_;
-  std::deque<std::size_t> queue_;
-  std::uint64_t slot_bytes_ = 0;
-  std::size_t last_ = 0;
-  std::optional<std::size_t> waiting_;  ///< the unit an acquire is blocked on
-  bool stop_ = false;
+  std::deque<Unit> info_;  ///< per unit, beside the ring's scheduling state
+  bool pinned_ = false;
+  std::map<int, std::unique_ptr<DeviceStage>> stages_;
   std::mutex reader_mu_;  ///< the reader is the worker's, and add_unit's while it opens a file
   io::WeightFileReader reader_;
-  std::uint64_t bytes_read_ = 0;
-  double read_seconds_ = 0, wait_seconds_ = 0;
-  std::thread worker_;
 };
 
 }  // namespace accel::hooks

@@ -488,6 +488,31 @@ class CudaRuntime {
     if (!non_blocking) check(cudaStreamSynchronize(s), "cudaStreamSynchronize (copy)");
   }
 
+  /// The copy_on_stream slot: queued on `s` (null: the current stream); pageable host sources
+  /// of staged_upload_min_bytes or more go through the staging pair, so they have been read on
+  /// return, and smaller ones through the driver's pageable path, which also reads them first.
+  void copy_on_stream(void* dst, Device dst_device, const void* src, Device src_device, std::size_t nbytes,
+                      cudaStream_t s) {
+    if (nbytes == 0) return;
+    if (!dst_device.is_cuda() && !src_device.is_cuda()) {
+      std::memcpy(dst, src, nbytes);
+      return;
+    }
+    if (dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device) {
+      throw DeviceError("copy_on_stream: " + src_device.str() + " to " + dst_device.str() +
+                        " is a peer copy; queue it with copy() on the current streams");
+    }
+    const int dev = dst_device.is_cuda() ? dst_device.index() : src_device.index();
+    check_device_index(dev, "copy_on_stream");
+    DeviceGuard g(dev);
+    if (!s) s = current_stream(dev);
+    if (dst_device.is_cuda() && !src_device.is_cuda() && nbytes >= staged_upload_min_bytes && is_pageable_host(src) &&
+        staged_upload(dev, dst, src, nbytes, s)) {
+      return;
+    }
+    check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s), "cudaMemcpyAsync (copy_on_stream)");
+  }
+
   void fill(Device d, void* dst, const void* pattern, std::size_t pattern_bytes,
             std::size_t count) {
     if (count == 0 || pattern_bytes == 0) return;
@@ -577,6 +602,42 @@ inline const bool runtime_registered = [] {
     runtime().fill(d, dst, pattern, pattern_bytes, count);
   };
   b.synchronize = [](int index) { cuda::synchronize(index); };
+  b.stream_create = [](int index) -> void* {
+    check_device_index(index, "stream_create");
+    DeviceGuard g(index);
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
+    return s;
+  };
+  b.stream_destroy = [](int, void* s) noexcept {
+    if (s) (void)cudaStreamDestroy(static_cast<cudaStream_t>(s));
+  };
+  b.event_create = [](int index) -> void* {
+    check_device_index(index, "event_create");
+    DeviceGuard g(index);
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return e;
+  };
+  b.event_destroy = [](int, void* e) noexcept {
+    if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  };
+  b.event_record = [](int index, void* e, void* s) {
+    DeviceGuard g(index);
+    check(cudaEventRecord(static_cast<cudaEvent_t>(e), s ? static_cast<cudaStream_t>(s) : current_stream(index)),
+          "cudaEventRecord");
+  };
+  b.stream_wait_event = [](int index, void* s, void* e) {
+    DeviceGuard g(index);
+    check(cudaStreamWaitEvent(s ? static_cast<cudaStream_t>(s) : current_stream(index), static_cast<cudaEvent_t>(e), 0),
+          "cudaStreamWaitEvent");
+  };
+  b.event_synchronize = [](int, void* e) { check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize"); };
+  b.copy_on_stream = [](void* dst, Device dd, const void* src, Device sd, std::size_t n, void* s) {
+    runtime().copy_on_stream(dst, dd, src, sd, n, static_cast<cudaStream_t>(s));
+  };
   b.mem_get_info = [](int index, std::size_t* free_bytes, std::size_t* total_bytes) {
     const MemInfo m = mem_get_info(index);
     *free_bytes = m.free_bytes;
