@@ -9,7 +9,9 @@
 // Each takes the offload policy as its template argument (policy/offload.hpp): sync_offload is
 // Accelerate's behaviour, and disk_offload and load_checkpoint_and_dispatch default to
 // prefetch<2> (default_offload), which reads the next blocks ahead; cpu_offload serves weights
-// from memory and defaults to sync_offload.
+// from memory and defaults to sync_offload (under prefetch<N> on a GPU it pins them in place and
+// copies the next N blocks ahead on a copy stream). Under prefetch<N> both offload functions
+// hook block by block (the model's no-split classes) unless preload_module_classes says.
 //
 // Differences from Accelerate:
 // - The execution device defaults to the device of the model's first parameter that is not on
@@ -78,6 +80,9 @@ nn::Module& cpu_offload(nn::Module& model, OffloadOptions o = {}) {
     for (const auto& [name, t] : model.state_dict()) {
       if (t.defined() && !t.is_meta()) sd.insert_or_assign(name, t.to(Device::cpu()));
     }
+  }
+  if (Offload::id == policy::OffloadMode::prefetch && o.preload_module_classes.empty()) {
+    o.preload_module_classes = model.no_split_modules();  // copied ahead block by block
   }
   hooks::add_hook_to_module(model, std::make_shared<hooks::AlignDevicesHook<Offload>>(hooks::AlignDevicesOptions{.io_same_device = true}),
                             /*append=*/true);
