@@ -1,31 +1,15 @@
-# GPU benchmarks: each benchmarks/gpu/bench_*.cpp is a g++ program linked with gpu_ops.cu (the
-# kernels, compiled by nvcc once for all of them). Built whenever the CUDA backend is on; each
-# says so and exits when no GPU is visible.
-include(CheckLanguage)
-check_language(CUDA)
-if(NOT CMAKE_CUDA_COMPILER)
-  message(STATUS "accel: no CUDA compiler found; the GPU benchmarks are not built")
+# GPU benchmarks: each benchmarks/gpu/bench_*.cpp is a g++ program linked with the kernels
+# (accel_cuda_ops, cmake/AccelCudaOps.cmake). Built whenever the CUDA backend is on; each says so
+# and exits when no GPU is visible.
+if(NOT ACCEL_CUDA_LANGUAGE)
   return()
 endif()
-if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  set(CMAKE_CUDA_HOST_COMPILER ${CMAKE_CXX_COMPILER})
-endif()
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 80 90)
-endif()
-enable_language(CUDA)
-add_library(accel_bench_gpu_ops OBJECT ${CMAKE_CURRENT_LIST_DIR}/gpu_ops.cu)
-target_link_libraries(accel_bench_gpu_ops PRIVATE accel::accel)
-set_target_properties(accel_bench_gpu_ops PROPERTIES CUDA_ARCHITECTURES "80;90" CUDA_RUNTIME_LIBRARY Shared)
-# CMake 3.25 knows no CUDA20 dialect flag for nvcc; the host side must match the g++ objects.
-target_compile_options(accel_bench_gpu_ops PRIVATE -std=c++20 -Xcompiler=-fopenmp
-                       $<$<BOOL:${ACCEL_NATIVE}>:-Xcompiler=-march=native>)
 file(GLOB gpu_bench_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/bench_*.cpp)
 foreach(src IN LISTS gpu_bench_sources)
   get_filename_component(name ${src} NAME_WE)
-  add_executable(${name} ${src} $<TARGET_OBJECTS:accel_bench_gpu_ops>)
+  add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE accel::accel accel_dev_flags)
   target_compile_options(${name} PRIVATE -O3)
-  set_target_properties(${name} PROPERTIES LINKER_LANGUAGE CXX CUDA_RUNTIME_LIBRARY Shared)
   target_compile_definitions(${name} PRIVATE ACCEL_BENCHMARKS_DIR="${PROJECT_SOURCE_DIR}/benchmarks")
+  accel_link_cuda_ops(${name})
 endforeach()

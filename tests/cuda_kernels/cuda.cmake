@@ -6,19 +6,11 @@
 #   cuda_tests.cpp   the Catch2 cases, compiled by g++ (they include the CPU ops, whose oneDNN
 #                    header nvcc 13 rejects in C++20 mode); not named test_*.cpp, so the layer
 #                    glob of tests/CMakeLists.txt leaves it alone
-include(CheckLanguage)
-check_language(CUDA)
-if(NOT CMAKE_CUDA_COMPILER)
+# The CUDA language is enabled at the top (cmake/AccelCudaOps.cmake).
+if(NOT ACCEL_CUDA_LANGUAGE)
   message(STATUS "accel: no CUDA compiler found; the CUDA kernel tests are not built")
   return()
 endif()
-if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  set(CMAKE_CUDA_HOST_COMPILER ${CMAKE_CXX_COMPILER})
-endif()
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 80 90)
-endif()
-enable_language(CUDA)
 
 # The g++ side, with the project's usual warning / ISA / sanitizer flags.
 add_library(accel_test_cuda_cases OBJECT ${CMAKE_CURRENT_LIST_DIR}/cuda_tests.cpp)
