@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "accel/core/memory_stats.hpp"
 #include "accel/hooks/hooks.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/nn/containers.hpp"
@@ -136,6 +137,29 @@ TEST_CASE("AlignDevicesHook with offload parks weights between calls and restore
   CHECK(meta_count(net) == 0);
   CHECK(net(input()).to_vector<float>() == expect.to_vector<float>());
   CHECK(net.get_parameter("embed.weight").data_ptr() == embed_weight.data_ptr());
+}
+
+TEST_CASE("Offloading to disk frees the module's copies; detach reads them back", "[hooks][align]") {
+  accel_test::TempDir dir;
+  nn::Sequential net;
+  for (int i = 0; i < 3; ++i) net.push_back(linear(256, 256, 0.01f * static_cast<float>(i + 1)));
+  const Tensor x = Tensor::ones({2, 256});
+  const std::vector<float> expect = net(x).to_vector<float>();
+  io::StateDict sd;
+  for (const auto& [name, t] : net.state_dict()) sd.insert_or_assign(name, t);
+  io::offload_state_dict(dir.str(), sd);
+  sd = {};
+  const std::size_t held = memory_stats(Device::cpu()).allocated_bytes;
+  hooks::attach_align_device_hook(net, {.execution_device = Device::cpu(), .offload = true,
+                                        .weights_map = hooks::WeightsMap(std::make_shared<io::OffloadedWeightsLoader>(std::nullopt, dir.str()))});
+  // The three layers' weights and biases (about 0.8 MB) are no longer held.
+  CHECK(held - memory_stats(Device::cpu()).allocated_bytes >= 3 * (256 * 256 + 256) * 4);
+  CHECK(net(x).to_vector<float>() == expect);
+  hooks::remove_hook_from_submodules(net);
+  CHECK(meta_count(net) == 0);
+  CHECK(net.get_parameter("1.weight").is_cpu());
+  CHECK(net.get_parameter("1.weight").storage().kind() != MemoryKind::mapped);  // a copy, not a view of the file
+  CHECK(net(x).to_vector<float>() == expect);
 }
 
 TEST_CASE("Offloading one end of a tie leaves the other in place", "[hooks][align][tied]") {

@@ -18,6 +18,9 @@
 // - io_same_device: outputs go back to the device of the first argument tensor.
 // - tied_params_map: shared between hooks; a weight tied across modules and already materialised
 //   on the device is reused, and each hook removes the copies it made after its call.
+// - offload = true frees the module's copies: a cell no slot outside the hook shares is emptied
+//   (meta) once the weights map serves it, and detach_hook fills it again from the map, on the
+//   device it was on.
 // - detach_hook puts the module's own cells back, with what they held before the hook.
 //
 // Tied weights: a module's slots share a cell with their tied partners (nn/module.hpp). Parking
@@ -128,6 +131,19 @@ class AlignDevicesHookBase : public ModelHook {
     }
     if (!o_.weights_map) weights_ = WeightsMap(std::move(own_copies));
     else weights_ = o_.weights_map;
+    // The weights map serves these weights from now on: a cell only this hook's slots held gives
+    // its bytes up (Accelerate replaces the parameters by meta tensors), so offloading frees the
+    // memory they took; detach_hook reads them back from the map. A cell a slot outside the hook
+    // shares (a tie to a resident module) keeps them.
+    std::map<const nn::Parameter*, long> held;
+    for (const auto& m : managed_) ++held[m.original.get()];
+    for (auto& m : managed_) {
+      const Tensor& data = m.original->data;
+      if (data.defined() && !data.is_meta() && m.original.use_count() == held[m.original.get()]) {
+        m.restore_device = data.device();
+        m.original->data = meta_like(data);
+      }
+    }
     if (o_.stream) join_stream(module);
     if (o_.execution_device) {
       // Buffers that are not offloaded live on the execution device (only non-persistent ones
@@ -167,7 +183,12 @@ class AlignDevicesHookBase : public ModelHook {
 
   void detach_hook(nn::Module&) override {
     park();
-    for (auto& m : managed_) *m.slot = m.original;
+    for (auto& m : managed_) {
+      if (m.restore_device && m.original->data.is_meta()) {  // a copy: the map's may be a mapped file
+        m.original->data = weights_.at(m.name).to(*m.restore_device, m.dtype, /*non_blocking=*/false, /*copy=*/true);
+      }
+      *m.slot = m.original;
+    }
     managed_.clear();
   }
 
@@ -248,6 +269,7 @@ class AlignDevicesHookBase : public ModelHook {
     std::size_t stream_index = 0;
     bool staged = false;           ///< copied in by the device stage, as its unit's piece stage_index
     std::size_t stage_index = 0;
+    std::optional<Device> restore_device{};  ///< where detach_hook puts the bytes the original cell gave up
   };
   struct TensorSlot {
     std::string name;
