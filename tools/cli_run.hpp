@@ -1,7 +1,12 @@
-// accel run MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--max-new-tokens N] [--temperature T]
+// accel run [MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T]
 //           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--disable-mmap]
 //           [--device-map auto|balanced|balanced_low_0|sequential|FILE.json] [--max-memory DEV=SIZE,...]
-//           [--offload-folder DIR] [--offload sync|prefetch:N] [--json]
+//           [--offload-folder DIR] [--offload sync|prefetch:N] [--check] [--json | --quiet] [--progress]
+//
+// Without MODEL_DIR it runs the built-in default model (default_model.hpp), written into the
+// cache on first use, on its default prompt unless one is given. Without --device-map or
+// --max-memory too, that is the demo: a CPU budget of demo_cpu_share of the model's weights,
+// the rest on disk, and --check.
 //
 // Placement: --device-map or --max-memory (which implies --device-map auto) loads each weight
 // straight to its place and runs the model with hooks that stream the offloaded blocks in
@@ -16,19 +21,25 @@
 // Loads a Hugging Face model folder (config.json + model.safetensors, a sharded index or
 // pytorch_model.bin, + tokenizer.json for --prompt) and generates: greedy unless a sampling
 // option is given (--temperature, --top-k or --top-p turn sampling on, as do_sample does). The
-// text output shows the generated text (or ids), the load time, the time to first token and the
-// decode speed; --json prints {"prompt_ids", "generated_ids" (new tokens only), "text" (with a
-// tokenizer), "load_s", "ttft_s", "tokens_per_s", ...}.
+// text output shows the placement (once loaded), the generated text (or ids), the load time, the
+// time to first token and the decode speed; --json prints {"prompt_ids", "generated_ids" (new
+// tokens only), "text" (with a tokenizer), "load_s", "ttft_s", "tokens_per_s", ...}; --quiet
+// prints the generated text alone. --check generates again with every weight on the CPU and no
+// hooks (sampling runs share one seed) and compares the new tokens: a difference exits 1 naming
+// the first differing position. A progress bar over the checkpoint's bytes goes to stderr while
+// loading, when stderr is a terminal or --progress is given (never under --quiet).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <limits>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -46,13 +57,28 @@
 #include "accel/tokenize/tokenizer.hpp"
 #include "cli_command.hpp"
 #include "cli_common.hpp"
+#include "cli_progress.hpp"
 #include "cli_values.hpp"
+#include "default_model.hpp"
 
 namespace accel::cli {
+
+/// The demo's CPU budget, as a share of the default model's weights: a few blocks stay in
+/// memory beside the read-ahead ring, the rest is read from disk at every token.
+inline constexpr double demo_cpu_share = 0.6;
 
 /// What `accel run` was asked.
 struct RunRequest {
   std::filesystem::path model_dir;
+  /// No MODEL_DIR: the built-in default model (model_dir is set once it is found or written).
+  bool default_model = false;
+  /// The default model without --device-map or --max-memory: the demo budget and --check.
+  bool demo = false;
+  /// Generate again with every weight on the CPU and compare the tokens.
+  bool check = false;
+  bool quiet = false;
+  /// --progress: progress bars on stderr even when it is not a terminal.
+  bool progress = false;
   std::optional<std::string> prompt;
   std::vector<std::int64_t> ids;
   std::optional<DType> dtype;
@@ -74,6 +100,14 @@ struct Reservation {
   double bytes = 0;
 };
 
+/// The tokens of an unrestricted run (every weight on the CPU, no hooks) against the placed run's.
+struct TokenCheck {
+  bool identical = false;
+  std::optional<std::size_t> first_difference;  ///< index into the new tokens
+  std::vector<std::int64_t> reference_ids;
+  double reference_tokens_per_s = 0;
+};
+
 /// What `accel run` produced.
 struct RunResult {
   std::vector<std::int64_t> prompt_ids, generated_ids;
@@ -88,15 +122,20 @@ struct RunResult {
   std::optional<double> offload_gb_per_s;            ///< disk bytes streamed / generation time
   std::string offload = "none";                      ///< "sync" or "prefetch:N" when placed
   std::string note;                                  ///< why the read-ahead is shallower than asked
+  std::optional<TokenCheck> check;                   ///< with --check
 };
 
 /// Arguments -> RunRequest (values checked, each error naming its option).
 inline RunRequest parse_run_request(const ParsedArgs& args) {
   RunRequest r;
-  r.model_dir = args.positional(0);
+  r.default_model = args.positionals().empty();
+  if (!r.default_model) r.model_dir = args.positional(0);
   if (args.value("--prompt") && args.value("--ids")) throw UsageError("give --prompt or --ids, not both");
-  if (!args.value("--prompt") && !args.value("--ids")) throw UsageError("give the prompt: --prompt TEXT or --ids 1,2,3");
+  if (!args.value("--prompt") && !args.value("--ids") && !r.default_model) {
+    throw UsageError("give the prompt: --prompt TEXT or --ids 1,2,3");
+  }
   r.prompt = args.value("--prompt");
+  if (r.default_model && !r.prompt && !args.value("--ids")) r.prompt = std::string(default_model_prompt);
   if (const auto ids = args.list("--ids")) {
     for (const auto& s : *ids) r.ids.push_back(parse_integer("--ids", s, 0, std::numeric_limits<std::int32_t>::max()));
     if (r.ids.empty()) throw ValueError("--ids: no token id given");
@@ -129,7 +168,12 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
   }
   r.disable_mmap = args.flag("--disable-mmap");
   r.json = args.flag("--json");
+  r.quiet = args.flag("--quiet");
+  r.progress = args.flag("--progress");
+  if (r.json && r.quiet) throw UsageError("--json and --quiet exclude each other");
   r.device_map = args.value("--device-map");
+  r.demo = r.default_model && !r.device_map && args.values("--max-memory").empty();
+  r.check = args.flag("--check") || r.demo;
   if (!args.values("--max-memory").empty()) {
     r.max_memory = plan::parse_max_memory(detail::join_values(args.values("--max-memory")), "--max-memory", &std::cerr);
     if (!r.device_map) r.device_map = "auto";
@@ -145,7 +189,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
       throw ValueError("--offload: '" + *v + "' is not sync or prefetch:N (N 1-4)");
     }
   }
-  if ((r.offload_folder || args.value("--offload")) && !r.device_map) {
+  if ((r.offload_folder || args.value("--offload")) && !r.device_map && !r.demo) {
     throw UsageError("--offload-folder and --offload need a placement: give --device-map or --max-memory");
   }
   return r;
@@ -196,7 +240,8 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
   out.push_back({"activations of one block", where, act});
   // The planner keeps one largest layer free for the offloaded block that computes (Accelerate's
   // rule); read-ahead needs N more.
-  const auto block = plan::get_max_layer_size(meta->module(), std::nullopt, meta->module().no_split_modules(), {.dtype = dtype});
+  const auto block = plan::get_max_layer_size(meta->module(), std::nullopt, meta->module().no_split_modules(),
+                                                {.dtype = dtype, .special_dtypes = {}});
   // A ring buffer holds a block's bytes as aligned direct reads: a page of slack each side.
   const double layer = block.max_size.bytes() + 3.0 * static_cast<double>(io::WeightFileReader::alignment);
   // A budget that cannot hold the read-ahead gets less of it: a promise kept beats a deeper ring.
@@ -249,8 +294,10 @@ inline dispatch::PretrainedModel load_placed(const std::filesystem::path& dir, c
 
 }  // namespace detail
 
-/// Loads the model (and tokenizer), encodes the prompt and generates.
-inline RunResult compute_run(const RunRequest& req) {
+/// Loads the model (and tokenizer), encodes the prompt and generates. `loaded` hears the result
+/// once the model is placed (placement and reservations filled), before generation starts.
+inline RunResult compute_run(const RunRequest& req, const std::function<void(const RunResult&)>& loaded = {},
+                             const std::string& progress_label = "Loading checkpoint") {
   RunResult out;
   std::optional<tokenize::Tokenizer> tok;
   const auto tok_path = req.model_dir / "tokenizer.json";
@@ -262,7 +309,9 @@ inline RunResult compute_run(const RunRequest& req) {
   }
   reset_peak_memory_stats(Device::cpu());
   std::size_t prefetch = req.prefetch;
-  dispatch::LoadPretrainedOptions lo{.dtype = req.dtype, .show_progress = !req.json, .disable_mmap = req.disable_mmap};
+  ByteProgressBar bar(progress_label, progress_wanted(req.progress, req.quiet) ? &std::cerr : nullptr);
+  dispatch::LoadPretrainedOptions lo{.dtype = req.dtype, .show_progress = false, .progress = bar.callback(),
+                                     .disable_mmap = req.disable_mmap};
   if (req.device_map) {
     out.offload = req.prefetch == 0 ? "sync" : "prefetch:" + std::to_string(req.prefetch);
     lo.offload_folder = req.offload_folder;
@@ -285,6 +334,7 @@ inline RunResult compute_run(const RunRequest& req) {
   }
   auto p = req.device_map ? detail::load_placed(req.model_dir, lo, prefetch)
                           : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
+  bar.finish();
   if (p.device_map) {
     out.device_map = p.device_map;
     for (const auto& [name, t] : p.model->module().named_parameters()) {
@@ -295,6 +345,7 @@ inline RunResult compute_run(const RunRequest& req) {
   out.model_type = p.model->info().model_type;
   out.dtype = p.dtype;
   out.load_s = p.load_seconds;
+  if (loaded) loaded(out);
   if (req.prompt) {
     for (auto id : tok->encode(*req.prompt)) out.prompt_ids.push_back(id);
     if (out.prompt_ids.empty()) throw ValueError("--prompt: the text encodes to no token");
@@ -334,12 +385,43 @@ inline RunResult compute_run(const RunRequest& req) {
   return out;
 }
 
-/// RunResult -> stdout.
-inline void render_run(const RunRequest& req, const RunResult& r) {
+/// The placement lines of the text output: bytes per device and what was kept free.
+inline void render_placement(const RunResult& r) {
+  if (!r.device_map) return;
+  if (!r.note.empty()) std::cout << r.note << "\n";
+  std::cout << "placement (" << r.offload << "):";
+  for (const auto& [where, bytes] : r.placed_bytes) std::cout << " " << where << " " << human_bytes(bytes);
+  std::cout << "\n";
+  for (const auto& x : r.reservations) {
+    std::cout << "  reserved on " << x.device.str() << ": " << human_bytes(x.bytes) << " for the " << x.what << "\n";
+  }
+  std::cout << "\n" << std::flush;
+}
+
+/// The token check's line: "token check: identical to an unrestricted run" or where they differ.
+inline std::string token_check_line(const RunResult& r) {
+  const TokenCheck& c = *r.check;
+  if (c.identical) return "token check: identical to an unrestricted run (every weight on the CPU, no hooks)";
+  const std::size_t i = *c.first_difference;
+  const auto id = [](const std::vector<std::int64_t>& v, std::size_t k) {
+    return k < v.size() ? std::to_string(v[k]) : std::string("none (ended)");
+  };
+  return "token check: FAILED: the new token at index " + std::to_string(i) + " is " + id(r.generated_ids, i) +
+         ", an unrestricted run (every weight on the CPU, no hooks) gives " + id(c.reference_ids, i);
+}
+
+/// RunResult -> stdout. The placement lines come earlier, from compute_run's `loaded`, in text mode.
+inline void render_run(const RunRequest& req, const RunResult& r, const std::optional<DefaultModel>& model = std::nullopt) {
   if (req.json) {
     nlohmann::ordered_json j;
+    j["model_dir"] = req.model_dir.string();
+    if (model) {
+      j["default_model"] = {{"parameters", model->parameters}, {"weight_bytes", model->weight_bytes}, {"shards", model->shards},
+                            {"written_now", model->written_now}, {"write_s", model->write_seconds}};
+    }
     j["model_type"] = r.model_type;
     j["dtype"] = std::string(dtype_name(r.dtype));
+    if (req.prompt) j["prompt"] = *req.prompt;
     j["prompt_ids"] = r.prompt_ids;
     j["generated_ids"] = r.generated_ids;
     if (r.text) j["text"] = *r.text;
@@ -357,7 +439,23 @@ inline void render_run(const RunRequest& req, const RunResult& r) {
       j["offload_gb_per_s"] = r.offload_gb_per_s ? nlohmann::ordered_json(*r.offload_gb_per_s) : nlohmann::ordered_json();
     }
     j["peak_bytes"] = r.peak_bytes;
+    if (r.check) {
+      j["check"] = {{"identical", r.check->identical},
+                    {"first_difference", r.check->first_difference ? nlohmann::ordered_json(*r.check->first_difference)
+                                                                   : nlohmann::ordered_json()},
+                    {"unrestricted_ids", r.check->reference_ids},
+                    {"unrestricted_tokens_per_s", r.check->reference_tokens_per_s}};
+    }
     std::cout << dump_json(j, 2) << "\n";
+    return;
+  }
+  if (req.quiet) {
+    if (r.text) {
+      std::cout << *r.text << "\n";
+    } else {
+      for (std::size_t i = 0; i < r.generated_ids.size(); ++i) std::cout << (i ? " " : "") << r.generated_ids[i];
+      std::cout << "\n";
+    }
     return;
   }
   if (r.text) {
@@ -371,25 +469,72 @@ inline void render_run(const RunRequest& req, const RunResult& r) {
             << r.load_s << " s, " << r.prompt_ids.size() << " prompt tokens, time to first token " << r.ttft_s
             << " s, " << r.generated_ids.size() << " new tokens, " << std::setprecision(1) << r.tokens_per_s
             << " tokens/s\n";
-  if (r.device_map) {
-    if (!r.note.empty()) std::cout << r.note << "\n";
-    std::cout << "placement (" << r.offload << "):";
-    for (const auto& [where, bytes] : r.placed_bytes) std::cout << " " << where << " " << human_bytes(bytes);
-    std::cout << "\n";
-    for (const auto& x : r.reservations) {
-      std::cout << "  reserved on " << x.device.str() << ": " << human_bytes(x.bytes) << " for the " << x.what << "\n";
-    }
-    if (r.offload_gb_per_s) std::cout << "offload stream " << std::setprecision(2) << *r.offload_gb_per_s << " GB/s\n";
-  }
+  if (r.offload_gb_per_s) std::cout << "offload stream " << std::setprecision(2) << *r.offload_gb_per_s << " GB/s\n";
   std::cout << "peak:";
   for (const auto& [where, bytes] : r.peak_bytes) std::cout << " " << (where == "rss" ? "resident set" : where) << " " << human_bytes(bytes);
   std::cout << "\n";
+  if (r.check) {
+    std::cout << token_check_line(r) << std::setprecision(1) << " [" << r.check->reference_tokens_per_s
+              << " tokens/s unrestricted]\n";
+  }
+}
+
+/// The tokens of `r` against those of the same request run without placement.
+inline TokenCheck check_tokens(const RunRequest& req, const RunResult& r) {
+  RunRequest plain = req;
+  plain.device_map.reset();
+  plain.max_memory.reset();
+  plain.offload_folder.reset();
+  const RunResult ref = compute_run(plain, {}, "Loading checkpoint (unrestricted run)");
+  TokenCheck c;
+  c.reference_ids = ref.generated_ids;
+  c.reference_tokens_per_s = ref.tokens_per_s;
+  const auto& a = r.generated_ids;
+  const auto& b = ref.generated_ids;
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  c.identical = i == a.size() && i == b.size();
+  if (!c.identical) c.first_difference = i;
+  return c;
 }
 
 /// `accel run`.
 inline int run_run(const ParsedArgs& args) {
-  const RunRequest req = parse_run_request(args);
-  render_run(req, compute_run(req));
+  RunRequest req = parse_run_request(args);
+  std::optional<DefaultModel> model;
+  if (req.default_model) {
+    ByteProgressBar bar("Writing the default model", progress_wanted(req.progress, req.quiet) ? &std::cerr : nullptr);
+    model = ensure_default_model(DefaultModelShape::from_env(), bar.callback(), req.quiet ? nullptr : &std::cerr);
+    bar.finish();
+    req.model_dir = model->dir;
+    if (req.demo) {
+      req.device_map = "auto";
+      req.max_memory = plan::MaxMemory{};
+      req.max_memory->add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(demo_cpu_share * static_cast<double>(model->weight_bytes))));
+    }
+  }
+  // Both runs of a check sample with one seed, or their tokens could not agree.
+  if (req.check && req.generation.do_sample && !req.generation.seed) req.generation.seed = std::random_device{}();
+  const bool text = !req.json && !req.quiet;
+  if (text && model) {
+    std::cout << std::fixed << std::setprecision(1) << "default model: " << model->dir.string() << " (LlamaForCausalLM, "
+              << static_cast<double>(model->parameters) / 1e6 << "M parameters, " << human_bytes(static_cast<double>(model->weight_bytes))
+              << " of bfloat16 weights in " << model->shards << (model->shards == 1 ? " file" : " shards");
+    if (model->written_now) std::cout << ", written in " << model->write_seconds << " s";
+    std::cout << ")\n";
+    if (req.demo) {
+      std::cout << "demo budget: --max-memory cpu=" << human_bytes(req.max_memory->find(Placement::cpu())->bytes()) << " ("
+                << static_cast<int>(demo_cpu_share * 100) << "% of the weights); what does not fit is read from disk\n";
+    }
+    std::cout << std::flush;
+  }
+  RunResult r = compute_run(req, text ? std::function<void(const RunResult&)>(render_placement) : nullptr);
+  if (req.check) r.check = check_tokens(req, r);
+  render_run(req, r, model);
+  if (r.check && !r.check->identical) {
+    if (!text && !req.json) std::cerr << "accel run: " << token_check_line(r) << "\n";
+    return exit_failed;
+  }
   return exit_ok;
 }
 
@@ -397,14 +542,17 @@ inline int run_run(const ParsedArgs& args) {
 inline Command run_command() {
   return {
       .name = "run",
-      .summary = "generate with a Hugging Face model folder (GPT-2, LLaMA, Mistral, Qwen2)",
-      .usage = "MODEL_DIR (--prompt TEXT | --ids 1,2,3) [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+      .summary = "generate with a Hugging Face model folder (GPT-2, LLaMA, Mistral, Qwen2) or the built-in model",
+      .usage = "[MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
                "       [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--device-map STRATEGY|FILE.json]\n"
-               "       [--max-memory DEV=SIZE,...] [--offload-folder DIR] [--offload sync|prefetch:N] [--json]",
-      .positionals = {{"MODEL_DIR",
-                       "config.json + model.safetensors, a sharded index or pytorch_model.bin\n"
-                       "(+ tokenizer.json for --prompt)"}},
-      .options = {{.name = "--prompt", .placeholder = "TEXT", .help = "the prompt text (needs tokenizer.json)"},
+               "       [--max-memory DEV=SIZE,...] [--offload-folder DIR] [--offload sync|prefetch:N] [--check]\n"
+               "       [--json | --quiet] [--progress]",
+      .positionals = {{.name = "MODEL_DIR",
+                       .help = "config.json + model.safetensors, a sharded index or pytorch_model.bin\n"
+                               "(+ tokenizer.json for --prompt); none: the built-in default model",
+                       .required = false}},
+      .options = {{.name = "--prompt", .placeholder = "TEXT",
+                   .help = "the prompt text (needs tokenizer.json; the default model has its own)"},
                   {.name = "--ids", .placeholder = "1,2,3", .help = "the prompt as token ids"},
                   {.name = "--max-new-tokens", .placeholder = "N", .help = "tokens to generate (default 32)"},
                   {.name = "--temperature", .placeholder = "T",
@@ -431,9 +579,20 @@ inline Command run_command() {
                   {.name = "--offload", .placeholder = "POLICY",
                    .help = "sync (Accelerate's: read when called) or prefetch:N (N 1-4 blocks read\n"
                            "ahead while one computes; default prefetch:2)"},
-                  {.name = "--json", .help = "one JSON object: prompt_ids, generated_ids, text, load_s, ttft_s, tokens_per_s,\n"
-                                             "peak_bytes; device_map, placed_bytes, reservations, offload_gb_per_s when placed"}},
-      .details = "Greedy decoding unless --temperature, --top-k or --top-p asks for sampling; generation stops\n"
+                  {.name = "--check",
+                   .help = "generate again with every weight on the CPU and no hooks, and compare the\n"
+                           "tokens (exit 1 at a difference); on for the default model's demo"},
+                  {.name = "--json", .help = "one JSON object: model_dir, prompt_ids, generated_ids, text, load_s, ttft_s,\n"
+                                             "tokens_per_s, peak_bytes; device_map, placed_bytes, reservations,\n"
+                                             "offload_gb_per_s when placed; check with --check"},
+                  {.name = "--quiet", .help = "print the generated text alone (no prompt, figures or progress)"},
+                  {.name = "--progress", .help = "progress bars on stderr even when it is not a terminal"}},
+      .details = "Without MODEL_DIR: a LLaMA-architecture model of 155M parameters (310 MB in bfloat16) that\n"
+                 "continues the word statistics of a short story, written into $XDG_CACHE_HOME/accel (else\n"
+                 "~/.cache/accel) on first use. Without --device-map or --max-memory too, it runs under a CPU\n"
+                 "budget of 60% of its weights, the rest read from disk, and checks its tokens (--check).\n"
+                 "\n"
+                 "Greedy decoding unless --temperature, --top-k or --top-p asks for sampling; generation stops\n"
                  "at the model's eos token. Timings: load_s builds and loads the model, ttft_s is the prompt's\n"
                  "forward and first token, tokens_per_s the decode speed after it.",
       .run = run_run,

@@ -108,6 +108,15 @@ if(TARGET accel_cli)
              COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_run.py ${group} $<TARGET_FILE:accel_cli>
                      ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_run_${group})
   endforeach()
+  # `accel run` without a model (check_default_model.py), in a temporary XDG_CACHE_HOME: a 2-layer
+  # model of the default's vocabulary (its files, its tokenizer against the checker's own BPE, the
+  # cache reused, damaged folders written again, the demo's CPU + disk plan, token check, text,
+  # --json, --quiet and --progress), and the 310 MB default model itself (config, sizes, check).
+  foreach(group tiny real)
+    add_test(NAME cli_default_model_${group}
+             COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_default_model.py ${group} $<TARGET_FILE:accel_cli>
+                     ${CMAKE_CURRENT_BINARY_DIR}/cli_default_model_${group})
+  endforeach()
 else()
   message(STATUS "accel: no CLI tests on checkpoints and configs: the accel_cli target is not built (tools/ is missing)")
 endif()

@@ -153,6 +153,23 @@ TEST_CASE("a sharded checkpoint loads through its index, as a file or a folder",
   CHECK(load_checkpoint_in_model(*b, dir.str()).checkpoint_files == r.checkpoint_files);
   require_loaded(*b, ckpt);
 
+  // A progress callback hears every shard's bytes, never going back, ending at the total.
+  std::vector<std::pair<std::size_t, std::size_t>> heard;
+  auto d = make_model();
+  load_checkpoint_in_model(*d, dir.str(), {.show_progress = false, .progress = [&](std::size_t done, std::size_t total) {
+                                             heard.emplace_back(done, total);
+                                           }});
+  require_loaded(*d, ckpt);
+  REQUIRE(heard.size() > plan.filenames.size());
+  std::size_t files_bytes = 0;
+  for (const auto& f : plan.filenames) files_bytes += std::filesystem::file_size(dir.file(f));
+  CHECK(heard.front().first == 0);
+  CHECK(heard.back().first == files_bytes);
+  for (std::size_t i = 0; i < heard.size(); ++i) {
+    CHECK(heard[i].second == files_bytes);
+    if (i) CHECK(heard[i].first >= heard[i - 1].first);
+  }
+
   // The same through .bin shards.
   TempDir bins;
   save_sharded(ckpt, bins.str(), std::int64_t{200}, /*safe_serialization=*/false);

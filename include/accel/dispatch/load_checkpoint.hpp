@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -91,6 +92,9 @@ struct LoadCheckpointOptions {
   bool strict = false;
   /// A progress bar on stderr over several shards, only when stderr is a terminal.
   bool show_progress = true;
+  /// Called after each tensor with the checkpoint bytes read so far and the files' total size
+  /// (done reaches total as the last file ends): for a caller that draws its own progress.
+  std::function<void(std::size_t done_bytes, std::size_t total_bytes)> progress{};
   /// Copy the CPU weights that would stay views of a mapped checkpoint file (no dtype change)
   /// into memory of their own, in huge pages where the kernel grants them (diffusers' name).
   bool disable_mmap = false;
@@ -164,16 +168,24 @@ class CheckpointLoader {
     if (o.offload_state_dict) state_dict_folder_.emplace("accel_offload_state_dict_");
   }
 
-  /// Reads one checkpoint file (safetensors or torch .bin, by its bytes) and places each tensor.
-  void load_file(const std::string& file) {
+  /// Reads one checkpoint file (safetensors or torch .bin, by its bytes) and places each tensor;
+  /// `placed` hears each tensor's bytes.
+  void load_file(const std::string& file, const std::function<void(std::size_t)>& placed = {}) {
     const CheckpointFormat format = io::detect_checkpoint_format(file);
     if (format == CheckpointFormat::safetensors) {
       const auto f = io::SafetensorsFile::open(file);
       io::check_safetensors_format(f);
       const std::string abs = std::filesystem::absolute(file).lexically_normal().string();
-      for (const auto& name : f.keys()) place(name, f.tensor(name), file, &abs);
+      for (const auto& name : f.keys()) {
+        const Tensor t = f.tensor(name);
+        place(name, t, file, &abs);
+        if (placed) placed(t.nbytes());
+      }
     } else if (format == CheckpointFormat::torch_bin) {
-      for (const auto& [name, t] : io::load_torch_bin(file)) place(name, t, file, nullptr);
+      for (const auto& [name, t] : io::load_torch_bin(file)) {
+        place(name, t, file, nullptr);
+        if (placed) placed(t.nbytes());
+      }
     } else {
       io::require_readable({format, file});
       throw FormatError("'" + file + "' is " + std::string(io::checkpoint_format_info(format).description) +
@@ -317,8 +329,20 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
   detail::CheckpointLoader loader(model, options);
   {
     io::ProgressBar bar("Loading checkpoint shards", files.size(), options.show_progress && files.size() > 1);
+    std::size_t total = 0, finished = 0;
+    if (options.progress) {
+      for (const auto& f : files) total += static_cast<std::size_t>(std::filesystem::file_size(f));
+      options.progress(0, total);
+    }
     for (const auto& f : files) {
-      loader.load_file(f);
+      const std::size_t size = options.progress ? static_cast<std::size_t>(std::filesystem::file_size(f)) : 0;
+      std::size_t in_file = 0;
+      loader.load_file(f, options.progress ? [&](std::size_t bytes) {
+        in_file = std::min(in_file + bytes, size);
+        options.progress(finished + in_file, total);
+      } : std::function<void(std::size_t)>{});
+      finished += size;
+      if (options.progress) options.progress(finished, total);
       bar.update();
     }
   }

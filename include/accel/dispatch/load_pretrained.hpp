@@ -27,6 +27,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,8 @@ struct LoadPretrainedOptions {
   std::optional<DType> dtype{};
   /// A progress bar over several shards when stderr is a terminal.
   bool show_progress = true;
+  /// Hears the checkpoint bytes read so far and their total (LoadCheckpointOptions::progress).
+  std::function<void(std::size_t done_bytes, std::size_t total_bytes)> progress{};
   /// Weights in memory of their own rather than views of the mapped checkpoint: faster decoding,
   /// slower loading (LoadCheckpointOptions::disable_mmap).
   bool disable_mmap = false;
@@ -133,6 +136,7 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   LoadCheckpointOptions lo;
   lo.dtype = out.dtype;
   lo.show_progress = options.show_progress;
+  lo.progress = options.progress;
   lo.disable_mmap = options.disable_mmap;
   bool has_disk = false;
   if (options.device_map) {
