@@ -1,6 +1,6 @@
 // accel plan MODEL --max-memory 0=20GiB,1=20GiB,cpu=64GB [--no-split A,B] [--dtype bfloat16]
-//                  [--reserve 0=2GiB,1=2GiB] [--kv-cache SEQ[xBATCH]] [--balanced | --balanced-low-0]
-//                  [--json] [--verbose]
+//                  [--reserve 0=2GiB,1=2GiB] [--kv-cache SEQ[xBATCH]] [--offload sync|prefetch:N]
+//                  [--balanced | --balanced-low-0] [--json] [--verbose]
 //
 //   PlanRequest r = parse_plan_request(args);   the command line, checked (no file is read)
 //   PlanResult  p = compute_plan(r, log);       the model loaded and placed by the library
@@ -13,7 +13,8 @@
 // no_split_modules(). --reserve keeps bytes free per device (activations, workspace);
 // --kv-cache adds the KV cache of SEQ tokens ("max": the config's context length) x BATCH
 // sequences, in the --dtype (float32 without one, like a config's weights), spread evenly over
-// the GPUs of --max-memory (the cpu when there is none). With --balanced the reserve comes off
+// the GPUs of --max-memory (the cpu when there is none). --offload prefetch:N keeps free, where
+// offloaded blocks run, the read-ahead ring that `accel run` reserves (plan::read_ahead_reserve). With --balanced the reserve comes off
 // the budgets before they are balanced, so every GPU keeps its share free.
 #pragma once
 
@@ -57,6 +58,7 @@ struct PlanRequest {
   std::optional<DType> dtype;                        ///< unset: weights as stored (float32 for configs)
   plan::MaxMemory reserve;                           ///< --reserve
   std::optional<KVCacheRequest> kv_cache;
+  std::optional<std::size_t> prefetch;               ///< --offload: blocks read ahead (0: sync)
   bool balanced = false;  ///< --balanced or --balanced-low-0
   bool low_zero = false;  ///< --balanced-low-0
   bool json = false;
@@ -79,6 +81,8 @@ struct PlanResult {
   plan::MaxMemory reserve;                          ///< --reserve plus the KV cache
   std::optional<plan::MaxMemory> balanced_budgets;  ///< what was planned under, when balanced
   std::optional<KVCacheReserve> kv_cache;
+  std::optional<plan::ReadAheadReserve> read_ahead;  ///< --offload prefetch:N
+  Placement read_ahead_on = Placement::cpu();        ///< where the offloaded blocks run
 };
 
 namespace detail {
@@ -150,6 +154,7 @@ inline PlanRequest parse_plan_request(const ParsedArgs& args) {
   }
   r.reserve = plan::parse_max_memory(detail::join_values(args.values("--reserve")), "--reserve", &std::cerr);
   if (auto kv = args.value("--kv-cache")) r.kv_cache = detail::parse_kv_cache_arg(*kv);
+  if (auto v = args.value("--offload")) r.prefetch = parse_offload_policy(*v);
   r.low_zero = args.flag("--balanced-low-0");
   r.balanced = args.flag("--balanced") || r.low_zero;
   r.json = args.flag("--json");
@@ -175,6 +180,17 @@ inline PlanResult compute_plan(const PlanRequest& r, std::ostream& log) {
     p.kv_cache = detail::kv_cache_reserve(r.model, *r.kv_cache, r.dtype.value_or(DType::f32), r.budgets);
     for (const auto& [k, v] : p.kv_cache->share) p.reserve.add(k, v);
   }
+  if (r.prefetch.value_or(0) > 0) {
+    // Offloaded blocks run on the first GPU with a budget, else on the CPU (dispatch_model's rule).
+    for (const auto& [k, v] : r.budgets) {
+      if (k.is_gpu() && v > ByteSize{}) {
+        p.read_ahead_on = k;
+        break;
+      }
+    }
+    p.read_ahead = plan::read_ahead_reserve(*model, o.no_split_module_classes, *r.prefetch, o.sizes);
+    p.reserve.add(p.read_ahead_on, p.read_ahead->bytes);
+  }
   plan::MaxMemory placed_under = r.budgets;
   if (r.balanced) {
     plan::MaxMemory free = r.budgets;
@@ -193,8 +209,16 @@ inline PlanResult compute_plan(const PlanRequest& r, std::ostream& log) {
 /// goes to `notes`), else the note, the module table and the per-device table.
 inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::ostream& notes) {
   const std::string kv_note = p.kv_cache ? detail::kv_cache_note(*p.kv_cache) : "";
+  std::string ra_note;
+  if (p.read_ahead) {
+    ra_note = "read-ahead: prefetch:" + std::to_string(p.read_ahead->depth) + " = " + std::to_string(p.read_ahead->depth) +
+              " x the largest layer (" + p.read_ahead->largest_layer + ", " + plan_bytes(p.read_ahead->layer.bytes()) +
+              " with read alignment) = " + plan_bytes(p.read_ahead->bytes.bytes()) + ", reserved on " + p.read_ahead_on.str() +
+              " beside the layer the planner keeps for the block that computes";
+  }
   if (json) {
     if (!kv_note.empty()) notes << kv_note << "\n";
+    if (!ra_note.empty()) notes << ra_note << "\n";
     out << dump_json(plan::to_ordered_json(p.device_map), 1) << "\n";
     return;
   }
@@ -205,6 +229,7 @@ inline void render_plan(const PlanResult& p, bool json, std::ostream& out, std::
     per_device[placement] += p.sizes[name];
   }
   if (!kv_note.empty()) out << kv_note << "\n";
+  if (!ra_note.empty()) out << ra_note << "\n";
   print_table(out, {"module", "device", "size"}, rows);
   const bool balanced = p.balanced_budgets.has_value();
   std::vector<std::string> headers = {"device", "placed", "reserved", "budget"};
@@ -242,8 +267,8 @@ inline Command plan_command() {
       .name = "plan",
       .summary = "a device map for MODEL under memory budgets, like Accelerate's infer_auto_device_map",
       .usage = "MODEL --max-memory DEVICE=SIZE,... [--no-split A,B] [--dtype DTYPE]\n"
-               "       [--reserve DEVICE=SIZE,...] [--kv-cache SEQ[xBATCH]] [--balanced | --balanced-low-0]\n"
-               "       [--json] [--verbose]",
+               "       [--reserve DEVICE=SIZE,...] [--kv-cache SEQ[xBATCH]] [--offload sync|prefetch:N]\n"
+               "       [--balanced | --balanced-low-0] [--json] [--verbose]",
       .positionals = {{"MODEL",
                        "a transformers config.json, a model spec JSON, a checkpoint\n"
                        "(.safetensors, .bin, a sharded *.index.json) or a folder of one"}},
@@ -269,6 +294,11 @@ inline Command plan_command() {
                .help = "also keep free the KV cache of SEQ tokens (\"max\": the\n"
                        "config's context length) x BATCH sequences in --dtype\n"
                        "(float32 without it), split evenly over the GPUs"},
+              {.name = "--offload",
+               .placeholder = "POLICY",
+               .help = "prefetch:N (N 1-4) also keeps free, where offloaded blocks run\n"
+                       "(the first GPU, else the cpu), the read-ahead ring: N x the\n"
+                       "largest layer; sync keeps nothing more (the default)"},
               {.name = "--balanced",
                .help = "balance the GPU budgets first (get_balanced_memory); the\n"
                        "reserve comes off the budgets before they are balanced"},

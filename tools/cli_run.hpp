@@ -179,16 +179,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
     if (!r.device_map) r.device_map = "auto";
   }
   r.offload_folder = args.value("--offload-folder");
-  if (const auto v = args.value("--offload")) {
-    if (*v == "sync") {
-      r.prefetch = 0;
-    } else if (v->starts_with("prefetch")) {
-      r.prefetch = *v == "prefetch" ? 2 : static_cast<std::size_t>(parse_integer("--offload", v->substr(v->find(':') + 1), 1, 4));
-      if (*v != "prefetch" && v->find(':') != 8) throw ValueError("--offload: '" + *v + "' is not sync or prefetch:N (N 1-4)");
-    } else {
-      throw ValueError("--offload: '" + *v + "' is not sync or prefetch:N (N 1-4)");
-    }
-  }
+  if (const auto v = args.value("--offload")) r.prefetch = parse_offload_policy(*v);
   if ((r.offload_folder || args.value("--offload")) && !r.device_map && !r.demo) {
     throw UsageError("--offload-folder and --offload need a placement: give --device-map or --max-memory");
   }
@@ -239,11 +230,10 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
                      (6.0 * static_cast<double>(hidden) + 3.0 * static_cast<double>(inter) + static_cast<double>(heads) * static_cast<double>(tokens));
   out.push_back({"activations of one block", where, act});
   // The planner keeps one largest layer free for the offloaded block that computes (Accelerate's
-  // rule); read-ahead needs N more.
-  const auto block = plan::get_max_layer_size(meta->module(), std::nullopt, meta->module().no_split_modules(),
-                                                {.dtype = dtype, .special_dtypes = {}});
-  // A ring buffer holds a block's bytes as aligned direct reads: a page of slack each side.
-  const double layer = block.max_size.bytes() + 3.0 * static_cast<double>(io::WeightFileReader::alignment);
+  // rule); read-ahead needs N more (plan::read_ahead_reserve).
+  const plan::ReadAheadReserve ring = plan::read_ahead_reserve(meta->module(), meta->module().no_split_modules(), 1,
+                                                               {.dtype = dtype, .special_dtypes = {}});
+  const double layer = ring.layer.bytes();
   // A budget that cannot hold the read-ahead gets less of it: a promise kept beats a deeper ring.
   if (const ByteSize* budget = budgets.find(where)) {
     const double fixed = kv.bytes() + act;
@@ -251,7 +241,7 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
     while (prefetch > 0 && fixed + static_cast<double>(prefetch + 1) * layer > budget->bytes()) --prefetch;
     if (fixed + layer > budget->bytes()) {
       throw ValueError("--max-memory: " + where.str() + "=" + human_bytes(budget->bytes()) + " cannot hold one block of the model (" +
-                       human_bytes(layer) + ", " + block.layer_names.front() + ") beside the KV cache and activations (" +
+                       human_bytes(layer) + ", " + ring.largest_layer + ") beside the KV cache and activations (" +
                        human_bytes(fixed) + ")");
     }
     if (prefetch != asked) {
@@ -262,7 +252,7 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
     }
   }
   if (prefetch > 0) {
-    out.push_back({"read-ahead (" + std::to_string(prefetch) + " x the largest layer, " + block.layer_names.front() +
+    out.push_back({"read-ahead (" + std::to_string(prefetch) + " x the largest layer, " + ring.largest_layer +
                        ", beside the one the planner keeps)",
                    where, static_cast<double>(prefetch) * layer});
   }

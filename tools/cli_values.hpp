@@ -2,6 +2,7 @@
 //
 //   parse_integer("--kv-cache", "4096", 1, max)   4096
 //   parse_real("--temperature", "0.7", 0, 100)   0.7
+//   parse_offload_policy("prefetch:3")            3 (blocks read ahead; sync is 0)
 //
 // Byte sizes and DEVICE=SIZE lists are read by the library itself (accel::parse_byte_size,
 // plan::parse_max_memory), with the option's name passed in for the messages.
@@ -81,6 +82,15 @@ inline double parse_real(std::string_view option, const std::string& text, doubl
     throw ValueError(os.str());
   }
   return v;
+}
+
+/// `--offload sync|prefetch|prefetch:N`: the blocks read ahead (0 for sync; prefetch alone is 2;
+/// N 1-4, the policies the CLI compiles).
+inline std::size_t parse_offload_policy(const std::string& text) {
+  if (text == "sync") return 0;
+  if (text == "prefetch") return 2;
+  if (!text.starts_with("prefetch:")) throw ValueError("--offload: '" + text + "' is not sync or prefetch:N (N 1-4)");
+  return static_cast<std::size_t>(parse_integer("--offload", std::string_view(text).substr(9), 1, 4));
 }
 
 }  // namespace accel::cli

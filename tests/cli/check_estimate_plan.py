@@ -518,6 +518,17 @@ def cmd_plan_config(accel, config_dir):
     check("KV cache: 2 x %d layers x %d KV heads x %d head dim x 4096 tokens x batch %d in float16 = %s" %
           (cfg["num_hidden_layers"], kv_heads, head_dim, batch, plan_bytes(kv)) in table, "the table names the KV cache")
 
+    # --offload prefetch:N keeps N more of the largest layer (plus 3 pages of read alignment) free
+    # on the first GPU, where offloaded blocks run: the same map as the equivalent --reserve.
+    largest = get_max_layer_size(initial_entries(root), f16, ns)[0]
+    ring = 2 * (largest + 3 * 4096)
+    ahead, err = expect(two, ["--offload", "prefetch:2"], {0: ring}, label="--offload prefetch:2")
+    check(re.search(r"read-ahead: prefetch:2 = 2 x the largest layer \(.+\) = %s, reserved on 0" % re.escape(plan_bytes(ring)),
+                    err) is not None, f"--offload note: {err!r}")
+    synced, _ = plan_json(accel, config_dir, "--max-memory", mm_arg(dict(two)), "--dtype", "float16", "--offload", "sync")
+    check(synced == plain, "--offload sync keeps nothing more free")
+    run(accel, "plan", config_dir, "--max-memory", mm_arg(dict(two)), "--offload", "prefetch:9", expect_rc=1)
+
     roomy = [(0, model), (1, model), ("cpu", 64 * GIB)]
     bal, _ = expect(roomy, ["--balanced"], balanced="even", label="--balanced 2 GPUs of 100%")
     check(devices(bal) == {0, 1}, "--balanced uses both GPUs")

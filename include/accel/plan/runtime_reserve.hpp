@@ -6,6 +6,7 @@
 //                                          .max_seq = 8192, .batch = 1, .dtype = DType::bf16});
 //   ByteSize kv = estimate_kv_cache_bytes(kv_cache_shape_from_hf_config(config_json, 8192, 1, DType::bf16));
 //   opts.reserve = spread_kv_cache_reserve(kv, {0, 1, 2, 3});
+//   ReadAheadReserve ra = read_ahead_reserve(model, model.no_split_modules(), 2);   prefetch<2>'s ring
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,10 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/models/hf_config.hpp"
+#include "accel/nn/module.hpp"
+#include "accel/io/weight_reader.hpp"
 #include "accel/plan/max_memory.hpp"
+#include "accel/plan/module_sizes.hpp"
 
 namespace accel::plan {
 
@@ -99,6 +103,29 @@ inline MaxMemory spread_kv_cache_reserve(ByteSize total, const std::vector<int>&
   const auto n = static_cast<std::int64_t>(gpus.size());
   for (int g : gpus) out.add(Placement::gpu(g), ByteSize::from_bits((total.bits() + n - 1) / n) + per_gpu_extra);
   return out;
+}
+
+/// The read-ahead ring of prefetch<N> on the device that runs offloaded blocks.
+struct ReadAheadReserve {
+  std::size_t depth = 0;       ///< N
+  ByteSize layer{};            ///< one ring buffer: the largest layer plus a read's alignment slack
+  std::string largest_layer;   ///< its name (the first of equals)
+  ByteSize bytes{};            ///< depth x layer
+};
+
+/// What prefetch<`depth`> keeps in flight beyond the one layer infer_auto_device_map already
+/// keeps free for the offloaded block that computes (Accelerate's rule): `depth` more buffers of
+/// the largest layer (no-split classes whole), each with the slack an aligned direct read needs
+/// (a page on each side, and one for the buffer's own alignment).
+inline ReadAheadReserve read_ahead_reserve(const nn::Module& model, const std::vector<std::string>& no_split_module_classes,
+                                           std::size_t depth, const SizeOptions& sizes = {}) {
+  const MaxLayer m = get_max_layer_size(model, std::nullopt, no_split_module_classes, sizes);
+  ReadAheadReserve r;
+  r.depth = depth;
+  r.layer = m.max_size + ByteSize(3 * static_cast<std::int64_t>(io::WeightFileReader::alignment));
+  r.largest_layer = m.layer_names.empty() ? std::string() : m.layer_names.front();
+  r.bytes = r.layer * static_cast<std::int64_t>(depth);
+  return r;
 }
 
 }  // namespace accel::plan
