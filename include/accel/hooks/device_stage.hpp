@@ -181,18 +181,7 @@ class DeviceStage : public detail::UnitRing<DeviceStage, detail::StageEvents> {
     if (u.host_unit) host_release_(*u.host_unit);
     return bytes;
   }
-  std::vector<Tensor> views(std::size_t id, const Slot& s) const {
-    const Unit& u = info_[id];
-    std::vector<Tensor> out;
-    out.reserve(u.pieces.size());
-    for (std::size_t i = 0; i < u.pieces.size(); ++i) {
-      const Piece& p = u.pieces[i];
-      const std::uint64_t byte = s.base + u.at[i];
-      out.push_back(Tensor::from_storage(s.storage, p.dtype, p.shape, std::nullopt,
-                                         static_cast<std::int64_t>(byte / itemsize(p.dtype))));
-    }
-    return out;
-  }
+  std::vector<Tensor> views(std::size_t id, const Slot& s) const { return views_at(s, info_[id].pieces, info_[id].at); }
   void on_acquire(std::size_t, Slot& s) {
     if (s.extra.ready_recorded) backend_.stream_wait_event(device_.index(), nullptr, s.extra.ready);
   }

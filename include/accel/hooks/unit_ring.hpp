@@ -158,6 +158,17 @@ class UnitRing {
   }
   Stats stats_unlocked() const { return {bytes_read_, read_seconds_, wait_seconds_}; }
   std::byte* slot_data(Slot& s) const { return s.storage.data() + s.base; }
+  /// Views of a filled buffer: item i (anything with a dtype and a shape) at byte at[i].
+  template <class Items>
+  static std::vector<Tensor> views_at(const Slot& s, const Items& items, const std::vector<std::uint64_t>& at) {
+    std::vector<Tensor> out;
+    out.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      out.push_back(Tensor::from_storage(s.storage, items[i].dtype, items[i].shape, std::nullopt,
+                                         static_cast<std::int64_t>((s.base + at[i]) / itemsize(items[i].dtype))));
+    }
+    return out;
+  }
   /// Every buffer, for a destructor (no worker left).
   template <class F>
   void for_each_slot(F&& f) {

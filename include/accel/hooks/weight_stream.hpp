@@ -145,18 +145,7 @@ class WeightStream : public detail::UnitRing<WeightStream> {
     }
     return bytes;
   }
-  std::vector<Tensor> views(std::size_t id, const Slot& s) const {
-    const Unit& u = info_[id];
-    std::vector<Tensor> out;
-    out.reserve(u.weights.size());
-    for (std::size_t i = 0; i < u.weights.size(); ++i) {
-      const auto& w = u.weights[i];
-      const std::uint64_t byte = s.base + u.at[i];
-      out.push_back(Tensor::from_storage(s.storage, w.dtype, w.shape, std::nullopt,
-                                         static_cast<std::int64_t>(byte / itemsize(w.dtype))));
-    }
-    return out;
-  }
+  std::vector<Tensor> views(std::size_t id, const Slot& s) const { return views_at(s, info_[id].weights, info_[id].at); }
   void on_acquire(std::size_t, Slot&) {}
   void on_release(std::size_t, Slot&) {}
 
