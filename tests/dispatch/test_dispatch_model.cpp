@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "accel/core/memory_stats.hpp"
@@ -16,6 +17,8 @@
 #include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
+#include "accel/io/load_state_dict.hpp"
+#include "accel/io/sharding.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/models/models.hpp"
 #include "accel/nn/init.hpp"
@@ -181,6 +184,44 @@ TEST_CASE("load_checkpoint_and_dispatch plans, loads and dispatches under a CPU 
     auto [lm, ckpt] = meta_model(name);
     CHECK_THROWS_AS(dispatch::load_checkpoint_and_dispatch(lm->module(), ckpt, {.device_map = std::string("fastest")}),
                     ValueError);
+  }
+}
+
+TEST_CASE("Every format and every placement gives the same logits", "[dispatch][offload][formats]") {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2"}) {
+    INFO(name);
+    const Reference ref = reference(name);
+    const io::StateDict weights = io::load_state_dict(io::resolve_checkpoint_folder(model_dir(name)).path.string());
+    std::int64_t total = 0;
+    for (const auto& [n, t] : weights) total += static_cast<std::int64_t>(t.nbytes());
+    // The same weights as one safetensors file, safetensors shards, one pytorch_model.bin and .bin shards.
+    for (const auto& [label, shard, safe] : std::vector<std::tuple<std::string, std::int64_t, bool>>{
+             {"model.safetensors", total * 2, true}, {"safetensors shards", total / 4, true},
+             {"pytorch_model.bin", total * 2, false}, {".bin shards", total / 4, false}}) {
+      INFO(label);
+      accel_test::TempDir folder;
+      fs::copy_file(model_dir(name) / "config.json", folder.file("config.json"));
+      const io::ShardPlan plan = io::save_sharded(weights, folder.str(), shard, safe);
+      CHECK(plan.is_sharded() == (shard < total));
+      auto plain = dispatch::load_pretrained_causal_lm(folder.str(), {.show_progress = false});
+      CHECK(plain.model->logits(prompt()).to_vector<float>() == ref.logits);
+      // Half the weights on the CPU and the rest on disk, under each policy, from each format.
+      MaxMemory half;
+      half.add(Placement::cpu(), ByteSize(total / 2));
+      auto placed = [&]<class Offload>(Offload) {
+        INFO("prefetch depth " << Offload::prefetch_depth);
+        dispatch::PretrainedModel p = dispatch::load_pretrained_causal_lm<Offload>(folder.str(), {.show_progress = false, .device_map = std::string("auto"),
+                                                                             .max_memory = half});
+        bool disk = false;
+        for (const auto& [k, where] : *p.device_map) disk |= where.is_disk();
+        CHECK(disk);
+        CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
+        CHECK(models::generate(*p.model, prompt(), greedy).new_tokens == ref.tokens);
+      };
+      placed(policy::sync_offload{});
+      placed(policy::prefetch<1>{});
+      placed(policy::prefetch<2>{});
+    }
   }
 }
 
