@@ -54,7 +54,10 @@
 
 #include "accel/hooks/hooks.hpp"
 
+#include "accel/dispatch/big_modeling.hpp"
+#include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
+#include "accel/dispatch/load_pretrained.hpp"
 
 #if defined(ACCEL_WITH_CUDA)
 #include "accel/backend/cuda/runtime.hpp"
