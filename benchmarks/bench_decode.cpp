@@ -3,7 +3,7 @@
 //
 //   bench_decode [--dtype bfloat16|float16|float32] [--layers 8] [--embd 2048] [--ff 5632]
 //                [--heads 32] [--kv-heads 4] [--vocab 32000] [--prompt 64] [--decode 32] [--reps 5]
-//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]] [--folder DIR]
+//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]] [--folder DIR] [--json]
 //
 // The default shape is the one of llama.cpp's CPU anchor (../shared/anchors: 483M parameters,
 // untied head; make_bench_model.py writes it as GGUF). With --llama-bench, llama.cpp's llama-bench
@@ -17,7 +17,8 @@
 // Decoding reads every weight but the embedding once per token: the achieved weight-read rate is
 // those bytes x tokens/s, printed next to a 2-thread read of a 1 GiB buffer (the bound) and a
 // 2-thread memcpy of it, both measured between the repetitions, in blocks from the allocator that
-// holds the weights. Medians of the repetitions.
+// holds the weights. Medians of the repetitions. --json sends the text to stderr and prints the
+// medians as one JSON object on stdout (for bench_peers).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -32,6 +33,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -89,6 +92,25 @@ struct Args {
   std::string llama_bench;
   std::vector<std::string> ggufs;
   std::string folder;
+  bool json = false;
+};
+
+/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
+class JsonStdout {
+ public:
+  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
+    if (saved_ >= 0) ::dup2(2, 1);
+  }
+  void print(const nlohmann::json& j) {
+    if (saved_ < 0) return;
+    std::fflush(stdout);
+    ::dup2(saved_, 1);
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  int saved_;
 };
 
 /// One llama-bench run (pp and tg, one repetition) on `gguf`: {pp tokens/s, tg tokens/s}.
@@ -122,8 +144,14 @@ std::optional<std::pair<double, double>> run_llama_bench(const Args& a, const st
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string v = argv[++i];
     if (k == "--dtype") a.dtype = accel::dtype_from_string(v);
     else if (k == "--layers") a.layers = std::stoll(v);
     else if (k == "--embd") a.embd = std::stoll(v);
@@ -149,6 +177,7 @@ Args parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  JsonStdout json(a.json);
   const accel_bench::LlamaShape shape{a.layers, a.embd, a.ff, a.heads, a.kv_heads, a.vocab};
   auto lm = accel_bench::random_llama(shape, a.dtype);
   std::int64_t params = 0, streamed_bytes = 0;
@@ -242,5 +271,21 @@ int main(int argc, char** argv) {
     std::printf("llama.cpp %s: pp %.1f tokens/s (accel %.2fx), tg %.1f tokens/s (accel %.2fx)\n", a.ggufs[m].c_str(), rp,
                 pp_m / rp, rt, tg_m / rt);
   }
+  nlohmann::json j = {{"reps", a.reps}, {"threads", accel::num_threads()}, {"dtype", std::string(accel::dtype_name(a.dtype))},
+                      {"params", params}, {"streamed_bytes", streamed_bytes}, {"prompt", a.prompt}, {"decode", a.decode},
+                      {"prefill_tokens_per_s", pp_m}, {"decode_tokens_per_s", tg_m}, {"weights_gbps", achieved},
+                      {"read_gbps", rd_m}, {"memcpy_gbps", cp_m}, {"loaded", nlohmann::json::array()}};
+  for (const auto& l : loaded) {
+    j["loaded"].push_back({{"label", l.label}, {"decode_tokens_per_s", median(l.tg)}, {"load_s", l.load_seconds}});
+  }
+  if (with_llamacpp) {
+    j["llama_cpp"] = nlohmann::json::array();
+    for (std::size_t m = 0; m < a.ggufs.size(); ++m) {
+      j["llama_cpp"].push_back({{"gguf", a.ggufs[m]},
+                                {"prefill_tokens_per_s", ref_pp[m].empty() ? nlohmann::json() : nlohmann::json(median(ref_pp[m]))},
+                                {"decode_tokens_per_s", ref_tg[m].empty() ? nlohmann::json() : nlohmann::json(median(ref_tg[m]))}});
+    }
+  }
+  json.print(j);
   return 0;
 }

@@ -5,7 +5,7 @@
 //
 //   bench_offload [--folder DIR] [--dtype bfloat16|float32] [--budget 0.333] [--prompt 16] [--decode 8]
 //                 [--reps 3] [--accelerate-src PATH] [--layers 8 --embd 2048 --ff 5632 --heads 32
-//                 --kv-heads 4 --vocab 32000]
+//                 --kv-heads 4 --vocab 32000] [--json]
 //
 // Rows (medians of --reps repetitions, each a prefill then --decode one-token steps):
 //   in memory            the whole model loaded into memory of its own
@@ -25,6 +25,8 @@
 // drop, with direct reads of 64 MiB and of 4 MiB pieces, with buffered reads of 64 MiB, and
 // through a mapping with madvise(WILLNEED) 64 MiB ahead (the alternative to reading into a ring:
 // if it were the fastest, the prefetcher should map); the fastest median is the bound. Offload GB/s is the bytes a token reads from disk x tokens/s.
+// --json sends the text to stderr and prints the medians as one JSON object on stdout (for
+// bench_peers).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -75,13 +77,38 @@ struct Args {
   std::int64_t prompt = 16, decode = 8;
   int reps = 3;
   std::string accelerate_src;
+  bool json = false;
+};
+
+/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
+class JsonStdout {
+ public:
+  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
+    if (saved_ >= 0) ::dup2(2, 1);
+  }
+  void print(const nlohmann::json& j) {
+    if (saved_ < 0) return;
+    std::fflush(stdout);
+    ::dup2(saved_, 1);
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  int saved_;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   if (const char* env = std::getenv("ACCELERATE_SRC")) a.accelerate_src = env;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string v = argv[++i];
     if (k == "--dtype") a.dtype = accel::dtype_from_string(v);
     else if (k == "--folder") a.folder = v;
     else if (k == "--budget") a.budget = std::stod(v);
@@ -266,6 +293,7 @@ std::optional<nlohmann::json> run_accelerate(const Args& a) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  JsonStdout json(a.json);
   if (!fs::is_regular_file(a.folder + "/config.json")) {
     std::printf("writing the model to %s ...\n", a.folder.c_str());
     auto lm = accel_bench::random_llama(a.shape, a.dtype);
@@ -364,13 +392,20 @@ int main(int argc, char** argv) {
     }
   }
   double bound = 0;
+  nlohmann::json out = {{"threads", accel::num_threads()}, {"dtype", std::string(accel::dtype_name(a.dtype))},
+                        {"prompt", a.prompt}, {"decode", a.decode}, {"reps", a.reps}, {"budget", a.budget},
+                        {"weight_bytes", total}, {"cpu_bytes", on_cpu}, {"disk_bytes", on_disk},
+                        {"cold_read_gbps", nlohmann::json::object()}, {"rows", nlohmann::json::array()}};
   std::printf("\ncold sequential reads of the %.0f MB a token reads from disk (%lld passes per repetition, each after a "
               "drop):",
               static_cast<double>(on_disk) / 1e6, static_cast<long long>(a.decode));
   for (const auto& m : methods) {
     std::printf(" %s %.2f GB/s;", m.label, median(m.rates));
     bound = std::max(bound, median(m.rates));
+    out["cold_read_gbps"][m.label] = median(m.rates);
   }
+  out["bound_gbps"] = bound;
+  out["in_memory_tokens_per_s"] = median(memory.rates);
   std::printf(" bound %.2f GB/s = %.2f tokens/s\n", bound, bound * 1e9 / static_cast<double>(on_disk));
   std::printf("%-30s %8.2f tokens/s\n", memory.label.c_str(), median(memory.rates));
   double sync_budget = 0;
@@ -381,6 +416,8 @@ int main(int argc, char** argv) {
     std::printf("%-30s %8.2f tokens/s, offload %.2f GB/s = %3.0f%% of the bound", p.row.label.c_str(), t, gbs, 100 * gbs / bound);
     if (p.row.label.find("prefetch") != std::string::npos && sync_budget > 0) std::printf(", %.2fx sync", t / sync_budget);
     std::printf("%s\n", p.row.tokens == memory.tokens ? "" : "  (TOKENS DIFFER from the model in memory)");
+    out["rows"].push_back({{"label", p.row.label}, {"tokens_per_s", t}, {"offload_gbps", gbs},
+                           {"fraction_of_bound", bound > 0 ? gbs / bound : 0.0}, {"tokens_match", p.row.tokens == memory.tokens}});
   }
   if (!a.accelerate_src.empty()) {
     if (const auto j = run_accelerate(a)) {
@@ -390,14 +427,21 @@ int main(int argc, char** argv) {
                   "Accelerate disk_offload", acc, j->value("accelerate_version", std::string("?")).c_str(),
                   j->value("torch_version", std::string("?")).c_str(), j->value("dtype", std::string("?")).c_str(), ours / acc);
       std::printf("%-30s %8.2f tokens/s in memory under torch\n", "Accelerate (torch)", j->value("in_memory_tokens_per_s", 0.0));
+      out["accelerate"] = {{"version", j->value("accelerate_version", std::string("?"))},
+                           {"torch", j->value("torch_version", std::string("?"))},
+                           {"disk_offload_tokens_per_s", acc},
+                           {"in_memory_tokens_per_s", j->value("in_memory_tokens_per_s", 0.0)}};
     } else {
       std::printf("Accelerate disk_offload: the script gave no result (see benchmarks/accelerate/bench_disk_offload.py)\n");
+      out["accelerate_not_run"] = "the script gave no result (benchmarks/accelerate/bench_disk_offload.py)";
     }
   } else {
     std::printf("Accelerate disk_offload: not measured here (give --accelerate-src PATH or set ACCELERATE_SRC)\n");
+    out["accelerate_not_run"] = "give --accelerate-src PATH or set ACCELERATE_SRC";
   }
   placed.clear();
   std::error_code ec;
   fs::remove_all(scratch, ec);
+  json.print(out);
   return 0;
 }

@@ -3,7 +3,7 @@
 // LlamaDecoderLayer) with 4 GPUs x 40GB + cpu 64GB + disk, next to Accelerate on the same model in
 // the same run.
 //
-//   bench_plan [--accelerate_src=PATH] [--python=EXE] [--rounds=N] [Google Benchmark flags]
+//   bench_plan [--accelerate_src=PATH] [--python=EXE] [--rounds=N] [--json] [Google Benchmark flags]
 //
 // Accelerate is measured when an Accelerate checkout is given (--accelerate_src, or the
 // ACCELERATE_SRC environment variable) and EXE (default /usr/bin/python3) imports torch and it:
@@ -13,7 +13,9 @@
 // wall time and in process CPU time: on a loaded machine a 10 ms Python call is preempted where a
 // 0.1 ms one is not, and the CPU-time ratio leaves that out. The run also checks that both chose
 // the same device map and size table (exit status 1 when not). Without Accelerate it prints
-// accel's medians and says that Accelerate was not measured here.
+// accel's medians and says that Accelerate was not measured here. --json skips the Google
+// Benchmark table (the rounds measure the same calls), sends the text to stderr and prints the
+// medians as one JSON object on stdout (for bench_peers).
 #include <benchmark/benchmark.h>
 
 #include <signal.h>
@@ -258,6 +260,29 @@ std::string compare_maps(const accel::plan::DeviceMap& ours, const std::string& 
   return "DIFFERENT: accel has " + std::to_string(a.size()) + " entries, Accelerate " + std::to_string(b.size());
 }
 
+/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
+class JsonStdout {
+ public:
+  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
+    if (saved_ >= 0) ::dup2(2, 1);
+  }
+  bool on() const { return saved_ >= 0; }
+  void print(const nlohmann::json& j) {
+    if (saved_ < 0) return;
+    std::fflush(stdout);
+    ::dup2(saved_, 1);
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  int saved_;
+};
+
+nlohmann::json times_json(const Times& t) {
+  return {{"wall", median(t.wall)}, {"cpu", median(t.cpu)}, {"calls", t.wall.size()}};
+}
+
 std::string compare_sizes(const accel::plan::ModuleSizes& ours, const std::string& theirs_json) {
   const auto j = nlohmann::json::parse(theirs_json, nullptr, false);
   if (!j.is_array()) return "Accelerate's table is not a JSON list";
@@ -280,13 +305,14 @@ std::string compare_sizes(const accel::plan::ModuleSizes& ours, const std::strin
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  JsonStdout json(std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string_view(a) == "--json"; }));
   const char* env_src = std::getenv("ACCELERATE_SRC");
   const std::string src = flag(argc, argv, "accelerate_src", env_src ? env_src : "");
   const std::string python = flag(argc, argv, "python", "/usr/bin/python3");
   const int rounds = std::max(1, std::atoi(flag(argc, argv, "rounds", "25").c_str()));
   const std::string script = std::string(ACCEL_BENCHMARKS_DIR) + "/accelerate/bench_infer_auto_device_map.py";
 
-  benchmark::RunSpecifiedBenchmarks();
+  if (!json.on()) benchmark::RunSpecifiedBenchmarks();
 
   const auto mm = budgets();
   const auto o = options();
@@ -327,6 +353,16 @@ int main(int argc, char** argv) {
     }
   }
 
+  nlohmann::json j = {{"map_entries", dm.size()}, {"rounds", rounds}, {"infer_auto_device_map_ms", times_json(ours_infer)},
+                      {"compute_module_sizes_ms", times_json(ours_sizes)}};
+  if (acc.running()) {
+    j["accelerate"] = {{"version", acc.version()}, {"torch", acc.torch()},
+                       {"infer_auto_device_map_ms", times_json(theirs_infer)},
+                       {"compute_module_sizes_ms", times_json(theirs_sizes)}, {"device_map", same_map},
+                       {"size_table", same_sizes}};
+  } else {
+    j["accelerate_not_run"] = src.empty() ? "set ACCELERATE_SRC" : acc.why();
+  }
   std::printf("\nLLaMA-3-70B shape, 4 x 40GB + cpu 64GB + disk, bf16, no-split LlamaDecoderLayer (%zu map entries)\n",
               dm.size());
   if (!acc.running()) {
@@ -342,6 +378,7 @@ int main(int argc, char** argv) {
     } else {
       std::printf("Accelerate: not measured here (%s)\n", acc.why().c_str());
     }
+    json.print(j);
     return 0;
   }
   std::printf("medians of %d alternating rounds (a round: %d calls of accel, %d of Accelerate %s on torch %s)\n",
@@ -360,5 +397,6 @@ int main(int argc, char** argv) {
   row("compute_module_sizes", ours_sizes, theirs_sizes);
   std::printf("  device map:  %s\n", same_map.c_str());
   std::printf("  size table:  %s\n", same_sizes.c_str());
+  json.print(j);
   return same_map.rfind("identical", 0) == 0 && same_sizes.rfind("identical", 0) == 0 ? 0 : 1;
 }

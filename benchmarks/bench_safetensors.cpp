@@ -20,18 +20,28 @@
 // Rates count input bytes (bf16 read) and, for conversions, also output bytes (f32 written); a
 // memcpy's input and output bytes are the same. The conversion is multi-threaded (OMP_NUM_THREADS),
 // memcpy is one thread.
+//
+//   bench_safetensors [--json] [Google Benchmark flags]
+//
+// --json sends the text to stderr and prints the medians as one JSON object on stdout (for
+// bench_peers).
 #include <benchmark/benchmark.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "accel/core/memory_stats.hpp"
 #include "accel/core/parallel.hpp"
@@ -179,6 +189,25 @@ void BM_fresh_pages(benchmark::State& state) {
   }
 }
 
+/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
+class JsonStdout {
+ public:
+  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
+    if (saved_ >= 0) ::dup2(2, 1);
+  }
+  void print(const nlohmann::json& j) {
+    if (saved_ < 0) return;
+    std::cout.flush();
+    std::fflush(stdout);
+    ::dup2(saved_, 1);
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  int saved_;
+};
+
 class Collector : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -195,6 +224,7 @@ class Collector : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  JsonStdout json(std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string_view(a) == "--json"; }));
   auto& ck = checkpoints();
   ck.dir = fs::temp_directory_path() / ("accel_bench_safetensors_" + std::to_string(::getpid()));
   fs::create_directories(ck.dir);
@@ -250,5 +280,15 @@ int main(int argc, char** argv) {
   std::printf("(c) load_memcpy   2 GiB -> 2 GiB     %9.1f ms   %6.2f GB/s copied\n", m["load_memcpy"] * 1e3, lmem);
   std::printf("(b) load_to_f32   2 GiB -> 4 GiB     %9.1f ms   %6.2f GB/s in (%5.1f%% of load_memcpy), %6.2f GB/s out (%5.1f%%)\n",
               m["load_to_f32"] * 1e3, load_in, pct(load_in, lmem), load_out, pct(load_out, lmem));
+  json.print({{"threads", num_threads()},
+              {"views_us", {{"0.5GiB", m["views_0.5GiB"] * 1e6}, {"2GiB", m["views_2GiB"] * 1e6}}},
+              {"views_allocated", views_allocated()},
+              {"memcpy_warm_gbps", mem},
+              {"convert_warm_gbps_in", conv_in},
+              {"convert_warm_pct_of_memcpy", pct(conv_in, mem)},
+              {"fresh_pages_gbps", rate(out, m["fresh_pages"])},
+              {"load_memcpy_gbps", lmem},
+              {"load_to_f32_gbps_in", load_in},
+              {"load_to_f32_pct_of_load_memcpy", pct(load_in, lmem)}});
   return views_allocated() ? 1 : 0;
 }
