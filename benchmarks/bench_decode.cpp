@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_stdout.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/safetensors_write.hpp"
@@ -95,23 +96,7 @@ struct Args {
   bool json = false;
 };
 
-/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
-class JsonStdout {
- public:
-  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
-    if (saved_ >= 0) ::dup2(2, 1);
-  }
-  void print(const nlohmann::json& j) {
-    if (saved_ < 0) return;
-    std::fflush(stdout);
-    ::dup2(saved_, 1);
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  int saved_;
-};
+using accel_bench::JsonStdout;
 
 /// One llama-bench run (pp and tg, one repetition) on `gguf`: {pp tokens/s, tg tokens/s}.
 std::optional<std::pair<double, double>> run_llama_bench(const Args& a, const std::string& gguf) {

@@ -37,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_stdout.hpp"
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/plan/device_map.hpp"
@@ -260,24 +261,7 @@ std::string compare_maps(const accel::plan::DeviceMap& ours, const std::string& 
   return "DIFFERENT: accel has " + std::to_string(a.size()) + " entries, Accelerate " + std::to_string(b.size());
 }
 
-/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
-class JsonStdout {
- public:
-  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
-    if (saved_ >= 0) ::dup2(2, 1);
-  }
-  bool on() const { return saved_ >= 0; }
-  void print(const nlohmann::json& j) {
-    if (saved_ < 0) return;
-    std::fflush(stdout);
-    ::dup2(saved_, 1);
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  int saved_;
-};
+using accel_bench::JsonStdout;
 
 nlohmann::json times_json(const Times& t) {
   return {{"wall", median(t.wall)}, {"cpu", median(t.cpu)}, {"calls", t.wall.size()}};

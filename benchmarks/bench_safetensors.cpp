@@ -43,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_stdout.hpp"
 #include "accel/core/memory_stats.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
@@ -189,24 +190,7 @@ void BM_fresh_pages(benchmark::State& state) {
   }
 }
 
-/// --json: the text goes to stderr so that stdout carries the one JSON object print() writes.
-class JsonStdout {
- public:
-  explicit JsonStdout(bool on) : saved_(on ? ::dup(1) : -1) {
-    if (saved_ >= 0) ::dup2(2, 1);
-  }
-  void print(const nlohmann::json& j) {
-    if (saved_ < 0) return;
-    std::cout.flush();
-    std::fflush(stdout);
-    ::dup2(saved_, 1);
-    std::printf("%s\n", j.dump().c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  int saved_;
-};
+using accel_bench::JsonStdout;
 
 class Collector : public benchmark::ConsoleReporter {
  public:
