@@ -241,9 +241,9 @@ std::shared_ptr<accel::models::CausalLM> meta_model(const Args& a) {
 
 struct Row {
   std::string label;
-  std::vector<double> rates;
+  std::vector<double> rates{};
   double disk_bytes = 0;  ///< bytes a token reads from disk
-  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> tokens{};
 };
 
 /// Runs `python3 bench_disk_offload.py --model DIR ...` and returns its JSON line.
