@@ -1,0 +1,164 @@
+// ggml's quantized blocks as plain structs, each checked against io/ggml_types.hpp's byte size.
+//
+//   block_q4_0 ... block_q8_k, block_iq4_nl, block_iq4_xs, block_tq1_0, block_tq2_0
+//   ggml_block_t<GgmlType::q4_k>      the struct of a type (compile-time lookup)
+//   f16_scale(bits)                   a block's f16 scale as float (exact)
+//
+// Field order and widths are the file format: every struct is standard layout and unpadded, so
+// its size is the block's size in the file. Readers copy a block out of the mapped bytes into the
+// struct (a memcpy the compiler folds into loads) rather than casting the pointer: a file with
+// "general.alignment" 1 may start a tensor at an odd address.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "accel/core/float_types.hpp"
+#include "accel/io/ggml_types.hpp"
+
+namespace accel::quant {
+
+using io::GgmlType;
+using io::ggml_qk_k;
+
+/// A block's f16 scale (stored as raw bits) as float: exact.
+inline float f16_scale(std::uint16_t bits) noexcept { return detail::decode_to_float<detail::half_format>(bits); }
+
+/// 32 weights: x = (q - 8) * d, q in 0..15; low nibbles hold weights 0..15, high nibbles 16..31.
+struct block_q4_0 {
+  std::uint16_t d;
+  std::uint8_t qs[16];
+};
+/// 32 weights: x = q * d + m.
+struct block_q4_1 {
+  std::uint16_t d, m;
+  std::uint8_t qs[16];
+};
+/// 32 weights of 5 bits: the fifth bits of all 32 in qh (bit j for weight j).
+struct block_q5_0 {
+  std::uint16_t d;
+  std::uint8_t qh[4];
+  std::uint8_t qs[16];
+};
+struct block_q5_1 {
+  std::uint16_t d, m;
+  std::uint8_t qh[4];
+  std::uint8_t qs[16];
+};
+/// 32 weights: x = q * d, q signed 8-bit.
+struct block_q8_0 {
+  std::uint16_t d;
+  std::int8_t qs[32];
+};
+/// Q8_0 with the block's sum times d (s), for dot products with Q4_1 / Q5_1.
+struct block_q8_1 {
+  std::uint16_t d, s;
+  std::int8_t qs[32];
+};
+/// 256 weights in 16 groups of 16: 4-bit scale and 4-bit min per group, 2-bit weights.
+struct block_q2_k {
+  std::uint8_t scales[16];
+  std::uint8_t qs[64];
+  std::uint16_t d, dmin;
+};
+/// 256 weights of 3 bits (2 low bits in qs, the high bit in hmask), 16 six-bit scales packed in 12 bytes.
+struct block_q3_k {
+  std::uint8_t hmask[32];
+  std::uint8_t qs[64];
+  std::uint8_t scales[12];
+  std::uint16_t d;
+};
+/// 256 weights in 8 groups of 32: six-bit scale and min per group packed in 12 bytes, 4-bit weights.
+struct block_q4_k {
+  std::uint16_t d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qs[128];
+};
+struct block_q5_k {
+  std::uint16_t d, dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qh[32];
+  std::uint8_t qs[128];
+};
+/// 256 weights of 6 bits (4 low bits in ql, 2 high in qh), 16 signed 8-bit scales.
+struct block_q6_k {
+  std::uint8_t ql[128];
+  std::uint8_t qh[64];
+  std::int8_t scales[16];
+  std::uint16_t d;
+};
+/// The activations' type of the K dot products: f32 scale, 256 int8, sums of each 16.
+struct block_q8_k {
+  float d;
+  std::int8_t qs[256];
+  std::int16_t bsums[16];
+};
+/// 32 weights through a 16-entry non-linear table.
+struct block_iq4_nl {
+  std::uint16_t d;
+  std::uint8_t qs[16];
+};
+/// 256 weights through the same table, six-bit scales per 32 (low 4 bits in scales_l, high 2 in scales_h).
+struct block_iq4_xs {
+  std::uint16_t d;
+  std::uint16_t scales_h;
+  std::uint8_t scales_l[4];
+  std::uint8_t qs[128];
+};
+/// 256 ternary weights, five per byte (base-3 digits as a fixed-point fraction) and four in qh.
+struct block_tq1_0 {
+  std::uint8_t qs[48];
+  std::uint8_t qh[4];
+  std::uint16_t d;
+};
+/// 256 ternary weights, four 2-bit digits per byte.
+struct block_tq2_0 {
+  std::uint8_t qs[64];
+  std::uint16_t d;
+};
+
+/// IQ4_NL's and IQ4_XS's code book.
+inline constexpr std::int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+namespace detail {
+template <GgmlType T>
+struct ggml_block;
+template <> struct ggml_block<GgmlType::q4_0> { using type = block_q4_0; };
+template <> struct ggml_block<GgmlType::q4_1> { using type = block_q4_1; };
+template <> struct ggml_block<GgmlType::q5_0> { using type = block_q5_0; };
+template <> struct ggml_block<GgmlType::q5_1> { using type = block_q5_1; };
+template <> struct ggml_block<GgmlType::q8_0> { using type = block_q8_0; };
+template <> struct ggml_block<GgmlType::q8_1> { using type = block_q8_1; };
+template <> struct ggml_block<GgmlType::q2_k> { using type = block_q2_k; };
+template <> struct ggml_block<GgmlType::q3_k> { using type = block_q3_k; };
+template <> struct ggml_block<GgmlType::q4_k> { using type = block_q4_k; };
+template <> struct ggml_block<GgmlType::q5_k> { using type = block_q5_k; };
+template <> struct ggml_block<GgmlType::q6_k> { using type = block_q6_k; };
+template <> struct ggml_block<GgmlType::q8_k> { using type = block_q8_k; };
+template <> struct ggml_block<GgmlType::iq4_nl> { using type = block_iq4_nl; };
+template <> struct ggml_block<GgmlType::iq4_xs> { using type = block_iq4_xs; };
+template <> struct ggml_block<GgmlType::tq1_0> { using type = block_tq1_0; };
+template <> struct ggml_block<GgmlType::tq2_0> { using type = block_tq2_0; };
+}  // namespace detail
+
+/// The block struct of `T`.
+template <GgmlType T>
+using ggml_block_t = typename detail::ggml_block<T>::type;
+
+/// True when `Block` is exactly the file's block of `T` (size and alignment a row can promise).
+template <GgmlType T>
+constexpr bool ggml_block_matches() {
+  using B = ggml_block_t<T>;
+  return sizeof(B) == io::ggml_type_info(T).type_size && alignof(B) <= 4;
+}
+static_assert(ggml_block_matches<GgmlType::q4_0>() && ggml_block_matches<GgmlType::q4_1>() &&
+              ggml_block_matches<GgmlType::q5_0>() && ggml_block_matches<GgmlType::q5_1>() &&
+              ggml_block_matches<GgmlType::q8_0>() && ggml_block_matches<GgmlType::q8_1>());
+static_assert(ggml_block_matches<GgmlType::q2_k>() && ggml_block_matches<GgmlType::q3_k>() &&
+              ggml_block_matches<GgmlType::q4_k>() && ggml_block_matches<GgmlType::q5_k>() &&
+              ggml_block_matches<GgmlType::q6_k>() && ggml_block_matches<GgmlType::q8_k>());
+static_assert(ggml_block_matches<GgmlType::iq4_nl>() && ggml_block_matches<GgmlType::iq4_xs>() &&
+              ggml_block_matches<GgmlType::tq1_0>() && ggml_block_matches<GgmlType::tq2_0>());
+
+}  // namespace accel::quant

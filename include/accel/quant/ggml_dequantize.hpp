@@ -1,0 +1,365 @@
+// Dequantization of ggml's tensor types to float32, bit-identical to ggml's own `to_float`.
+//
+//   dequantize_block(const block_X& b, float* y)           one block, ggml's element order
+//   dequantize_row(t, src, y, n)                           n elements of type t at src
+//   dequantize_ggml(t, bytes, shape) -> Tensor             a float32 cpu tensor of `shape`
+//   dequantize(const io::GgufFile& f, name) -> Tensor      a GGUF tensor, in torch order
+//
+// Exactness: every block format's value is a product of its f16 scale with small integers, exact
+// in float32, followed by at most one rounding (a subtraction of the min, or the last product of
+// Q6_K), so the order of operations below is ggml's and no contraction into FMA changes a bit.
+// Plain types convert (F16 / BF16 exactly, F64 and the integers to the nearest float32).
+// The lattice IQ types (IQ1_S, IQ1_M, IQ2_*, IQ3_*) are DTypeError: their code-point grids are not
+// carried. Large tensors are split across the CPU threads by blocks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "accel/core/convert.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/core/parallel.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/bytes.hpp"
+#include "accel/io/gguf.hpp"
+#include "accel/quant/ggml_blocks.hpp"
+
+namespace accel::quant {
+
+inline void dequantize_block(const block_q4_0& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
+    y[j + 16] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+  }
+}
+
+inline void dequantize_block(const block_q4_1& b, float* y) noexcept {
+  const float d = f16_scale(b.d), m = f16_scale(b.m);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(b.qs[j] & 0x0F) * d + m;
+    y[j + 16] = static_cast<float>(b.qs[j] >> 4) * d + m;
+  }
+}
+
+namespace detail {
+/// The fifth bits of a Q5 block's weights j and j + 16, moved to bit 4.
+inline void q5_high_bits(const std::uint8_t* qh4, int j, int& h0, int& h1) noexcept {
+  std::uint32_t qh;
+  std::memcpy(&qh, qh4, 4);
+  h0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+  h1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+}
+}  // namespace detail
+
+inline void dequantize_block(const block_q5_0& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int j = 0; j < 16; ++j) {
+    int h0, h1;
+    detail::q5_high_bits(b.qh, j, h0, h1);
+    y[j] = static_cast<float>(((b.qs[j] & 0x0F) | h0) - 16) * d;
+    y[j + 16] = static_cast<float>(((b.qs[j] >> 4) | h1) - 16) * d;
+  }
+}
+
+inline void dequantize_block(const block_q5_1& b, float* y) noexcept {
+  const float d = f16_scale(b.d), m = f16_scale(b.m);
+  for (int j = 0; j < 16; ++j) {
+    int h0, h1;
+    detail::q5_high_bits(b.qh, j, h0, h1);
+    y[j] = static_cast<float>((b.qs[j] & 0x0F) | h0) * d + m;
+    y[j + 16] = static_cast<float>((b.qs[j] >> 4) | h1) * d + m;
+  }
+}
+
+inline void dequantize_block(const block_q8_0& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
+}
+
+inline void dequantize_block(const block_q8_1& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
+}
+
+inline void dequantize_block(const block_q2_k& b, float* y) noexcept {
+  const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
+  const std::uint8_t* q = b.qs;
+  int is = 0;
+  for (int n = 0; n < 256; n += 128) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half = 0; half < 2; ++half) {
+        const std::uint8_t sc = b.scales[is++];
+        const float dl = d * static_cast<float>(sc & 0x0F), ml = dmin * static_cast<float>(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * static_cast<float>((q[l + 16 * half] >> shift) & 3) - ml;
+      }
+    }
+    q += 32;
+  }
+}
+
+inline void dequantize_block(const block_q3_k& b, float* y) noexcept {
+  // Sixteen six-bit scales: low 4 bits in bytes 0-7 (two per byte), high 2 bits in bytes 8-11.
+  std::int8_t scales[16];
+  for (int i = 0; i < 16; ++i) {
+    const int low = i < 8 ? (b.scales[i] & 0x0F) : (b.scales[i - 8] >> 4);
+    const int high = (b.scales[8 + (i % 4)] >> (2 * (i / 4))) & 3;
+    scales[i] = static_cast<std::int8_t>(low | (high << 4));
+  }
+  const float d = f16_scale(b.d);
+  const std::uint8_t* q = b.qs;
+  std::uint8_t m = 1;
+  int is = 0;
+  for (int n = 0; n < 256; n += 128) {
+    for (int shift = 0; shift < 8; shift += 2) {
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * static_cast<float>(scales[is++] - 32);
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+          const int v = ((q[l] >> shift) & 3) - ((b.hmask[l] & m) ? 0 : 4);
+          *y++ = dl * static_cast<float>(v);
+        }
+      }
+      m = static_cast<std::uint8_t>(m << 1);
+    }
+    q += 32;
+  }
+}
+
+namespace detail {
+/// Scale and min of group j (0..7) of a Q4_K / Q5_K block: six bits each, packed in 12 bytes.
+inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& mn) noexcept {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = static_cast<std::uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    mn = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+}  // namespace detail
+
+inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
+  const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
+  const std::uint8_t* q = b.qs;
+  for (int g = 0; g < 8; g += 2) {
+    std::uint8_t sc, mn;
+    detail::k4_scale_min(g, b.scales, sc, mn);
+    const float d1 = d * sc, m1 = dmin * mn;
+    detail::k4_scale_min(g + 1, b.scales, sc, mn);
+    const float d2 = d * sc, m2 = dmin * mn;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    q += 32;
+  }
+}
+
+inline void dequantize_block(const block_q5_k& b, float* y) noexcept {
+  const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
+  const std::uint8_t* ql = b.qs;
+  std::uint8_t u1 = 1, u2 = 2;
+  for (int g = 0; g < 8; g += 2) {
+    std::uint8_t sc, mn;
+    detail::k4_scale_min(g, b.scales, sc, mn);
+    const float d1 = d * sc, m1 = dmin * mn;
+    detail::k4_scale_min(g + 1, b.scales, sc, mn);
+    const float d2 = d * sc, m2 = dmin * mn;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0x0F) + ((b.qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + ((b.qh[l] & u2) ? 16 : 0)) - m2;
+    ql += 32;
+    u1 = static_cast<std::uint8_t>(u1 << 2);
+    u2 = static_cast<std::uint8_t>(u2 << 2);
+  }
+}
+
+inline void dequantize_block(const block_q6_k& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  const std::uint8_t* ql = b.ql;
+  const std::uint8_t* qh = b.qh;
+  const std::int8_t* sc = b.scales;
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      // (d * scale) * q: the scale product is exact, the second product rounds once, as ggml's.
+      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+inline void dequantize_block(const block_q8_k& b, float* y) noexcept {
+  for (int j = 0; j < 256; ++j) y[j] = b.d * static_cast<float>(b.qs[j]);
+}
+
+inline void dequantize_block(const block_iq4_nl& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(iq4nl_values[b.qs[j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(iq4nl_values[b.qs[j] >> 4]);
+  }
+}
+
+inline void dequantize_block(const block_iq4_xs& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  const std::uint8_t* qs = b.qs;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(iq4nl_values[qs[j] & 0x0F]);
+      y[j + 16] = dl * static_cast<float>(iq4nl_values[qs[j] >> 4]);
+    }
+    y += 32;
+    qs += 16;
+  }
+}
+
+namespace detail {
+/// Ternary digit n of byte q: TQ1_0 stores five base-3 digits as the fraction q / 256 (rounded up),
+/// so multiplying by 3^n (mod 256) brings digit n to the top and * 3 >> 8 reads it.
+inline float ternary_digit(std::uint8_t q, int n, float d) noexcept {
+  static constexpr std::uint8_t pow3[5] = {1, 3, 9, 27, 81};
+  const auto shifted = static_cast<std::uint8_t>(q * pow3[n]);
+  const int digit = (static_cast<std::uint16_t>(shifted) * 3) >> 8;
+  return static_cast<float>(digit - 1) * d;
+}
+}  // namespace detail
+
+inline void dequantize_block(const block_tq1_0& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 32; ++m) *y++ = detail::ternary_digit(b.qs[m], n, d);
+  }
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 32; m < 48; ++m) *y++ = detail::ternary_digit(b.qs[m], n, d);
+  }
+  for (int n = 0; n < 4; ++n) {
+    for (int j = 0; j < 4; ++j) *y++ = detail::ternary_digit(b.qh[j], n, d);
+  }
+}
+
+inline void dequantize_block(const block_tq2_0& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int j = 0; j < 64; j += 32) {
+    for (int l = 0; l < 4; ++l) {
+      for (int m = 0; m < 32; ++m) *y++ = static_cast<float>(((b.qs[j + m] >> (2 * l)) & 3) - 1) * d;
+    }
+  }
+}
+
+namespace detail {
+
+template <GgmlType T>
+void dequantize_blocks(const std::byte* src, float* y, std::size_t nblocks) {
+  using B = ggml_block_t<T>;
+  constexpr std::size_t qk = io::ggml_type_info(T).block_size;
+  // Blocks are copied out of the (possibly unaligned) source before they are read.
+  parallel_for(nblocks, std::size_t{1} << 12, [&](std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) {
+      B blk;
+      std::memcpy(&blk, src + i * sizeof(B), sizeof(B));
+      dequantize_block(blk, y + i * qk);
+    }
+  });
+}
+
+template <class T>
+void convert_plain(const std::byte* src, float* y, std::size_t n) {
+  // The source may be unaligned for T (a GGUF alignment below the element size): copy through T.
+  if (reinterpret_cast<std::uintptr_t>(src) % alignof(T) == 0) {
+    convert_elements(dtype_of<T>, src, DType::f32, y, n);
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, src + i * sizeof(T), sizeof(T));
+    convert_elements(dtype_of<T>, &v, DType::f32, y + i, 1);
+  }
+}
+
+}  // namespace detail
+
+/// Converts `n` elements of type `t` stored at `src` to float32 at `y`. `n` must be a whole number
+/// of blocks (ShapeError otherwise); the caller guarantees `src` holds ggml_row_nbytes(t, n) bytes.
+inline void dequantize_row(io::GgmlType t, const std::byte* src, float* y, std::size_t n) {
+  const auto& info = io::ggml_type_info(t);
+  (void)io::ggml_row_nbytes(t, n);
+  const std::size_t nb = n / info.block_size;
+  switch (t) {
+    case GgmlType::f32: detail::convert_plain<float>(src, y, n); return;
+    case GgmlType::f16: detail::convert_plain<half>(src, y, n); return;
+    case GgmlType::bf16: detail::convert_plain<bfloat16>(src, y, n); return;
+    case GgmlType::f64: detail::convert_plain<double>(src, y, n); return;
+    case GgmlType::i8: detail::convert_plain<std::int8_t>(src, y, n); return;
+    case GgmlType::i16: detail::convert_plain<std::int16_t>(src, y, n); return;
+    case GgmlType::i32: detail::convert_plain<std::int32_t>(src, y, n); return;
+    case GgmlType::i64: detail::convert_plain<std::int64_t>(src, y, n); return;
+    case GgmlType::q4_0: detail::dequantize_blocks<GgmlType::q4_0>(src, y, nb); return;
+    case GgmlType::q4_1: detail::dequantize_blocks<GgmlType::q4_1>(src, y, nb); return;
+    case GgmlType::q5_0: detail::dequantize_blocks<GgmlType::q5_0>(src, y, nb); return;
+    case GgmlType::q5_1: detail::dequantize_blocks<GgmlType::q5_1>(src, y, nb); return;
+    case GgmlType::q8_0: detail::dequantize_blocks<GgmlType::q8_0>(src, y, nb); return;
+    case GgmlType::q8_1: detail::dequantize_blocks<GgmlType::q8_1>(src, y, nb); return;
+    case GgmlType::q2_k: detail::dequantize_blocks<GgmlType::q2_k>(src, y, nb); return;
+    case GgmlType::q3_k: detail::dequantize_blocks<GgmlType::q3_k>(src, y, nb); return;
+    case GgmlType::q4_k: detail::dequantize_blocks<GgmlType::q4_k>(src, y, nb); return;
+    case GgmlType::q5_k: detail::dequantize_blocks<GgmlType::q5_k>(src, y, nb); return;
+    case GgmlType::q6_k: detail::dequantize_blocks<GgmlType::q6_k>(src, y, nb); return;
+    case GgmlType::q8_k: detail::dequantize_blocks<GgmlType::q8_k>(src, y, nb); return;
+    case GgmlType::iq4_nl: detail::dequantize_blocks<GgmlType::iq4_nl>(src, y, nb); return;
+    case GgmlType::iq4_xs: detail::dequantize_blocks<GgmlType::iq4_xs>(src, y, nb); return;
+    case GgmlType::tq1_0: detail::dequantize_blocks<GgmlType::tq1_0>(src, y, nb); return;
+    case GgmlType::tq2_0: detail::dequantize_blocks<GgmlType::tq2_0>(src, y, nb); return;
+    case GgmlType::iq2_xxs:
+    case GgmlType::iq2_xs:
+    case GgmlType::iq3_xxs:
+    case GgmlType::iq1_s:
+    case GgmlType::iq3_s:
+    case GgmlType::iq2_s:
+    case GgmlType::iq1_m: break;
+  }
+  throw DTypeError("dequantizing " + std::string(info.name) +
+                   " is not supported (the lattice IQ types' code-point grids are not carried); supported: "
+                   "F32 F16 BF16 F64 I8 I16 I32 I64 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K "
+                   "IQ4_NL IQ4_XS TQ1_0 TQ2_0");
+}
+
+/// The float32 cpu tensor of `shape` whose elements are stored as type `t` in `bytes`, rows along
+/// the last dimension of `shape`. ShapeError when `bytes` is not exactly that many elements of `t`.
+inline Tensor dequantize_ggml(io::GgmlType t, io::ByteSpan bytes, const Shape& shape) {
+  const auto numel = static_cast<std::size_t>(shape.numel());
+  const std::size_t ne0 = shape.size() ? static_cast<std::size_t>(shape[shape.size() - 1]) : 1;
+  const std::size_t rows = ne0 == 0 ? 0 : numel / ne0;
+  const std::size_t want = io::ggml_row_nbytes(t, ne0) * rows;
+  if (bytes.size() != want) {
+    throw ShapeError(std::string(io::ggml_type_name(t)) + " tensor of shape " + shape.str() + " takes " +
+                     std::to_string(want) + " bytes, not " + std::to_string(bytes.size()));
+  }
+  Tensor out = Tensor::empty(shape, DType::f32, Device::cpu());
+  if (numel) dequantize_row(t, bytes.data(), static_cast<float*>(out.data_ptr()), numel);
+  return out;
+}
+
+/// Tensor `name` of a GGUF file as float32, in torch order (ne reversed); names the file and the
+/// tensor when its type does not dequantize.
+inline Tensor dequantize(const io::GgufFile& f, std::string_view name) {
+  const auto& info = f.info(name);
+  try {
+    return dequantize_ggml(info.type, f.bytes(info), info.shape());
+  } catch (const DTypeError& e) {
+    throw DTypeError("GGUF file '" + f.path() + "', tensor '" + info.name + "': " + e.what());
+  }
+}
+
+}  // namespace accel::quant

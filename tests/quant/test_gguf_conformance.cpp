@@ -1,0 +1,277 @@
+// The GGUF reader and the ggml dequantizers against ../shared/conformance/gguf: every file its
+// manifest lists, compared the way the manifest's README prescribes (header fields, metadata in
+// file order with types and exact bits, tensor infos, bitwise float32 dequantization), malformed
+// files rejected with FormatError, lenient ones read or rejected without crashing.
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "accel/io/gguf.hpp"
+#include "accel/quant/ggml_dequantize.hpp"
+#include "../file_bytes.hpp"
+#include "../temp_dir.hpp"
+
+using namespace accel;
+using namespace accel::io;
+using nlohmann::json;
+
+namespace {
+
+const std::filesystem::path gguf_dir = std::filesystem::path(ACCEL_SHARED_DIR) / "conformance" / "gguf";
+
+json manifest() { return json::parse(accel_test::read_raw(gguf_dir / "manifest.json")); }
+
+std::uint64_t hex_bits(const json& j) { return std::stoull(j.get<std::string>(), nullptr, 16); }
+
+/// Compares one metadata value with its manifest entry (type names, exact integers, float bits).
+void check_value(const GgufValue& v, const std::string& type, const json& value, const json* bits,
+                 const std::string& where) {
+  INFO(where);
+  REQUIRE(gguf_value_type_name(v.type) == type);
+  if (type == "STRING") {
+    REQUIRE(v.as_string());
+    CHECK(*v.as_string() == value.get<std::string>());
+  } else if (type == "BOOL") {
+    REQUIRE(v.as_bool());
+    CHECK(*v.as_bool() == value.get<bool>());
+  } else if (type == "FLOAT32" || type == "FLOAT64") {
+    REQUIRE(v.is_float());
+    const double d = *v.as_double();
+    REQUIRE(bits);
+    if (type == "FLOAT32") {
+      CHECK(std::bit_cast<std::uint32_t>(static_cast<float>(d)) == hex_bits(*bits));
+    } else {
+      CHECK(std::bit_cast<std::uint64_t>(d) == hex_bits(*bits));
+    }
+  } else if (type.starts_with("UINT")) {
+    REQUIRE(std::holds_alternative<std::uint64_t>(v.data));
+    CHECK(std::get<std::uint64_t>(v.data) == value.get<std::uint64_t>());
+  } else {
+    REQUIRE(std::holds_alternative<std::int64_t>(v.data));
+    CHECK(std::get<std::int64_t>(v.data) == value.get<std::int64_t>());
+  }
+}
+
+void check_metadata(const GgufHeader& h, const json& expected) {
+  REQUIRE(h.metadata.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const auto& e = expected[i];
+    const auto& [key, v] = h.metadata[i];
+    const std::string where = "key " + e["key"].get<std::string>();
+    REQUIRE(key == e["key"].get<std::string>());
+    const auto type = e["type"].get<std::string>();
+    if (type != "ARRAY") {
+      check_value(v, type, e["value"], e.contains("bits") ? &e["bits"] : nullptr, where);
+      continue;
+    }
+    INFO(where);
+    REQUIRE(v.as_array());
+    const auto& a = *v.as_array();
+    CHECK(gguf_value_type_name(a.elem_type) == e["elem_type"].get<std::string>());
+    REQUIRE(a.items.size() == e["value"].size());
+    for (std::size_t k = 0; k < a.items.size(); ++k) {
+      const json* bits = e.contains("bits") ? &e["bits"][k] : nullptr;
+      check_value(a.items[k], e["elem_type"].get<std::string>(), e["value"][k], bits,
+                  where + "[" + std::to_string(k) + "]");
+    }
+  }
+}
+
+/// Dequantizes (or, for the integer and F64 types, reads) tensor `t` and compares it with its
+/// reference array per the manifest's rule.
+void check_tensor_values(const GgufFile& f, const GgufTensorInfo& t, const json& e) {
+  const std::string ref = accel_test::read_raw(gguf_dir / e["ref"].get<std::string>());
+  INFO("tensor " << t.name << " (" << ggml_type_name(t.type) << ")");
+  if (e["ref_dtype"].get<std::string>() != "float32") {
+    // Raw values: the file's bytes, viewed as the plain dtype in torch order.
+    const Tensor v = f.tensor(t.name);
+    REQUIRE(v.nbytes() == ref.size());
+    CHECK(std::memcmp(v.data_ptr(), ref.data(), ref.size()) == 0);
+    return;
+  }
+  const Tensor v = quant::dequantize(f, t.name);
+  REQUIRE(v.dtype() == DType::f32);
+  REQUIRE(v.nbytes() == ref.size());
+  const auto* got = static_cast<const std::uint32_t*>(v.data_ptr());
+  std::size_t mismatches = 0, first = 0;
+  const bool nan_lenient = e["compare"].get<std::string>() != "bitwise" || t.type == GgmlType::f16;
+  for (std::size_t i = 0; i < ref.size() / 4; ++i) {
+    std::uint32_t want;
+    std::memcpy(&want, ref.data() + 4 * i, 4);
+    bool same = got[i] == want;
+    if (!same && nan_lenient) {
+      same = std::isnan(std::bit_cast<float>(got[i])) && std::isnan(std::bit_cast<float>(want));
+    }
+    if (!same && mismatches++ == 0) first = i;
+  }
+  INFO("first mismatch at element " << first);
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("GGUF conformance: valid files open with the manifest's header, metadata and tensors",
+          "[quant][gguf][conformance]") {
+  const json m = manifest();
+  std::size_t files = 0, tensors = 0, unsupported = 0;
+  for (const auto& e : m["files"]) {
+    if (e["expect"] != "ok") continue;
+    const auto path = (gguf_dir / e["file"].get<std::string>()).string();
+    INFO(path);
+    const auto f = GgufFile::open(path);
+    const auto& h = f.header();
+    CHECK(h.version == e["version"].get<std::uint32_t>());
+    CHECK(h.alignment == e["alignment"].get<std::uint64_t>());
+    CHECK(h.data_offset == e["data_offset"].get<std::uint64_t>());
+    CHECK(h.metadata.size() == e["n_kv"].get<std::size_t>());
+    check_metadata(h, e["metadata"]);
+    REQUIRE(h.tensors.size() == e["n_tensors"].get<std::size_t>());
+    for (std::size_t i = 0; i < h.tensors.size(); ++i) {
+      const auto& t = h.tensors[i];
+      const auto& te = e["tensors"][i];
+      INFO("tensor " << i);
+      CHECK(t.name == te["name"].get<std::string>());
+      CHECK(ggml_type_name(t.type) == te["type"].get<std::string>());
+      CHECK(static_cast<std::uint32_t>(t.type) == te["type_id"].get<std::uint32_t>());
+      CHECK(t.ne == te["ne"].get<std::vector<std::uint64_t>>());
+      CHECK(t.numel == te["n_elements"].get<std::uint64_t>());
+      CHECK(t.nbytes == te["n_bytes"].get<std::uint64_t>());
+      CHECK(t.offset == te["offset"].get<std::uint64_t>());
+      CHECK(t.file_offset == te["file_offset"].get<std::uint64_t>());
+      CHECK(f.info(t.name).file_offset == t.file_offset);
+      if (!ggml_type_info(t.type).dequantizable) {
+        CHECK_THROWS_AS(quant::dequantize(f, t.name), DTypeError);
+        ++unsupported;
+        continue;
+      }
+      check_tensor_values(f, t, te);
+      ++tensors;
+    }
+    ++files;
+  }
+  CHECK(files >= 34);
+  CHECK(tensors >= 200);
+  // Only the seven lattice IQ types are left out, eight tensors each in the reference set.
+  CHECK(unsupported <= 7 * 8);
+}
+
+TEST_CASE("GGUF conformance: malformed files are FormatError, lenient ones never crash",
+          "[quant][gguf][conformance]") {
+  const json m = manifest();
+  std::size_t rejected = 0;
+  for (const auto& e : m["files"]) {
+    const auto path = (gguf_dir / e["file"].get<std::string>()).string();
+    INFO(path << ": " << e["description"].get<std::string>());
+    if (e["expect"] == "reject") {
+      CHECK_THROWS_AS(GgufFile::open(path), FormatError);
+      ++rejected;
+    } else if (e["expect"] == "either") {
+      try {
+        const auto f = GgufFile::open(path);
+        // Accepted: read every tensor the way a loader would.
+        for (const auto& t : f.tensors()) {
+          if (ggml_type_info(t.type).dequantizable) (void)quant::dequantize(f, t.name);
+        }
+      } catch (const FormatError&) {
+      }
+    }
+  }
+  CHECK(rejected >= 27);
+}
+
+TEST_CASE("GGUF lenient files: what is accepted reads as described", "[quant][gguf][conformance]") {
+  SECTION("n_dims = 0 is one element") {
+    const auto f = GgufFile::open((gguf_dir / "lenient/zero_ndims_scalar.gguf").string());
+    REQUIRE(f.tensors().size() == 1);
+    const Tensor t = quant::dequantize(f, f.tensors()[0].name);
+    CHECK(t.numel() == 1);
+    CHECK(static_cast<const float*>(t.data_ptr())[0] == 2.5f);
+  }
+  SECTION("a nested array keeps its structure") {
+    const auto f = GgufFile::open((gguf_dir / "lenient/nested_array.gguf").string());
+    const GgufArray* outer = nullptr;
+    for (const auto& [k, v] : f.header().metadata) {
+      if (v.as_array() && v.as_array()->elem_type == GgufValueType::array) outer = v.as_array();
+    }
+    REQUIRE(outer);
+    REQUIRE(outer->items.size() == 2);
+    REQUIRE(outer->items[1].as_array());
+    CHECK(outer->items[1].as_array()->items.size() == 2);
+    CHECK(outer->items[1].as_array()->items[1].as_uint() == 2u);
+  }
+  SECTION("the empty tensor name and two tensors over one offset") {
+    const auto f = GgufFile::open((gguf_dir / "lenient/empty_tensor_name.gguf").string());
+    CHECK(f.contains(""));
+    const Tensor t = quant::dequantize(f, "");
+    REQUIRE(t.numel() == 4);
+    for (int i = 0; i < 4; ++i) CHECK(static_cast<const float*>(t.data_ptr())[i] == float(i + 1));
+    const auto g = GgufFile::open((gguf_dir / "lenient/aliased_tensors.gguf").string());
+    REQUIRE(g.tensors().size() == 2);
+    CHECK(g.tensors()[0].file_offset == g.tensors()[1].file_offset);
+  }
+  SECTION("a big-endian file is refused as such") {
+    CHECK_THROWS_WITH(GgufFile::open((gguf_dir / "lenient/big_endian.gguf").string()),
+                      Catch::Contains("big-endian"));
+  }
+}
+
+TEST_CASE("GGUF errors name the file and the key or tensor", "[quant][gguf]") {
+  const auto dir = gguf_dir / "malformed";
+  CHECK_THROWS_WITH(GgufFile::open((dir / "duplicate_key.gguf").string()),
+                    Catch::Contains("duplicate_key.gguf") && Catch::Contains("'oracle.answer' appears twice"));
+  CHECK_THROWS_WITH(GgufFile::open((dir / "kquant_row_128.gguf").string()),
+                    Catch::Contains("Q4_K") && Catch::Contains("block size 256"));
+  CHECK_THROWS_WITH(GgufFile::open((dir / "tensor_bigger_than_file.gguf").string()),
+                    Catch::Contains("reach past the end"));
+  CHECK_THROWS_WITH(GgufFile::open((dir / "alignment_wrong_type.gguf").string()),
+                    Catch::Contains("general.alignment") && Catch::Contains("UINT32"));
+  CHECK_THROWS_WITH(GgufFile::open((dir / "tensor_type_removed_q4_2.gguf").string()),
+                    Catch::Contains("ggml type 4"));
+}
+
+TEST_CASE("GGUF alignment 1: tensors at odd addresses read through copies", "[quant][gguf]") {
+  // A hand-made file: general.alignment = 1, a 3-byte I8 tensor, then an F32 and a Q8_0 tensor
+  // that start at odd offsets.
+  std::string b = "GGUF";
+  const auto u32 = [&](std::uint32_t v) { io::store_le(b, v); };
+  const auto u64 = [&](std::uint64_t v) { io::store_le(b, v); };
+  const auto str = [&](const std::string& s) { u64(s.size()); b += s; };
+  u32(3), u64(3), u64(1);
+  str("general.alignment"), u32(4), u32(1);
+  str("a"), u32(1), u64(3), u32(24), u64(0);
+  str("b"), u32(1), u64(2), u32(0), u64(3);
+  str("c"), u32(1), u64(32), u32(8), u64(11);
+  b += std::string("\x01\x02\x03", 3);
+  const float fv[2] = {1.5f, -2.0f};
+  b.append(reinterpret_cast<const char*>(fv), 8);
+  b += std::string("\x00\x40", 2);  // the Q8_0 block: f16 scale 2.0, then 32 int8
+  for (int i = 0; i < 32; ++i) b.push_back(static_cast<char>(i - 16));
+  accel_test::TempDir dir;
+  accel_test::write_raw(dir.file("odd.gguf"), b);
+  const auto f = GgufFile::open(dir.file("odd.gguf"));
+  CHECK(f.header().alignment == 1);
+  const Tensor t = f.tensor("b");
+  CHECK(t.at<float>({0}) == 1.5f);
+  CHECK(t.at<float>({1}) == -2.0f);
+  const Tensor q = quant::dequantize(f, "c");
+  for (int i = 0; i < 32; ++i) CHECK(static_cast<const float*>(q.data_ptr())[i] == 2.0f * (i - 16));
+  CHECK_THROWS_AS(f.tensor("c"), DTypeError);
+  CHECK_THROWS_WITH(f.info("missing"), Catch::Contains("odd.gguf") && Catch::Contains("'missing'"));
+}
+
+TEST_CASE("ggml type table: block sizes, row bytes and names", "[quant][gguf]") {
+  CHECK(ggml_row_nbytes(GgmlType::q4_k, 4096) == 16 * 144);
+  CHECK(ggml_row_nbytes(GgmlType::f16, 7) == 14);
+  CHECK_THROWS_AS(ggml_row_nbytes(GgmlType::q4_0, 33), ShapeError);
+  CHECK(ggml_type_from_string("q6_k") == GgmlType::q6_k);
+  CHECK_FALSE(ggml_type_from_string("Q4_2"));
+  CHECK(find_ggml_type(4) == nullptr);
+  CHECK(find_ggml_type(1000) == nullptr);
+  CHECK(ggml_type_of(DType::bf16) == GgmlType::bf16);
+  CHECK_FALSE(ggml_type_of(DType::u8));
+}
