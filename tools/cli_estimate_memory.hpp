@@ -121,10 +121,12 @@ inline void render_estimate(const EstimateResult& e, bool json, std::ostream& ou
   for (const auto& r : e.rows) {
     table.push_back({r.dtype, human_bytes(r.largest), human_bytes(r.total), r.training < 0 ? "N/A" : human_bytes(r.training)});
   }
-  out << "Memory usage for loading `" << e.model << "` (" << e.class_name << ")\n";
+  // Names come from files: escaped, so a NUL or an escape sequence in a tensor name never reaches the terminal.
+  out << "Memory usage for loading `" << io::printable_entry(e.model) << "` (" << io::printable_entry(e.class_name)
+      << ")\n";
   print_table(out, {"dtype", "Largest Layer", "Total Size", "Training using Adam"}, table);
   out << "Largest layer: ";
-  out << (names.empty() ? std::string("(none)") : (names[0].empty() ? std::string("(the whole model)") : names[0]));
+  out << (names.empty() ? std::string("(none)") : (names[0].empty() ? std::string("(the whole model)") : io::printable_entry(names[0])));
   if (names.size() > 1) out << " (and " << names.size() - 1 << " more of the same size)";
   out << "\n";
 }

@@ -29,6 +29,12 @@ if(TARGET accel_cli)
   # Hostile checkpoints and offload folders (made by the checker): typed errors within a second,
   # never a byte read outside the folder.
   add_test(NAME cli_inspect_hostile COMMAND ${check} --hostile ${CMAKE_CURRENT_BINARY_DIR}/cli_hostile)
+  # GGUF: accel inspect against the conformance manifest (header, typed metadata, tensor rows,
+  # --dequantize byte for byte, malformed files refused).
+  if(EXISTS ${ACCEL_SHARED_DIR}/conformance/gguf/manifest.json)
+    add_test(NAME cli_inspect_gguf COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_inspect_gguf.py $<TARGET_FILE:accel_cli>
+                                           ${ACCEL_SHARED_DIR}/conformance/gguf)
+  endif()
   add_test(NAME cli_inspect_usage COMMAND accel_cli inspect)
   set_tests_properties(cli_inspect_usage PROPERTIES WILL_FAIL TRUE)
 
