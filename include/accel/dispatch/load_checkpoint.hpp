@@ -64,6 +64,7 @@
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/progress.hpp"
+#include "accel/io/gguf_model.hpp"
 #include "accel/io/safetensors.hpp"
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/torch_bin.hpp"
@@ -186,10 +187,17 @@ class CheckpointLoader {
         place(name, t, file, nullptr);
         if (placed) placed(t.nbytes());
       }
+    } else if (format == CheckpointFormat::gguf) {
+      // Under HF names and in HF layout (io/gguf_model.hpp); block types arrive dequantized.
+      const auto ck = io::GgufCheckpoint::open(file);
+      for (const auto& name : ck.keys()) {
+        place(name, ck.tensor(name), file, nullptr);
+        if (placed) placed(static_cast<std::size_t>(ck.info(name).nbytes));
+      }
     } else {
       io::require_readable({format, file});
       throw FormatError("'" + file + "' is " + std::string(io::checkpoint_format_info(format).description) +
-                        ", not a checkpoint file load_checkpoint_in_model reads (safetensors or a torch .bin)");
+                        ", not a checkpoint file load_checkpoint_in_model reads (safetensors, a torch .bin or GGUF)");
     }
   }
 

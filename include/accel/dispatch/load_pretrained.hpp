@@ -1,5 +1,6 @@
 // load_pretrained_causal_lm(folder, options): a Hugging Face model folder (config.json + a
-// checkpoint) as a ready CausalLM, the way transformers' from_pretrained loads it.
+// checkpoint) as a ready CausalLM, the way transformers' from_pretrained loads it. A GGUF file in
+// place of the folder is read as its config and checkpoint (io/gguf_model.hpp).
 //
 //   auto p = dispatch::load_pretrained_causal_lm("tiny-llama/", {.dtype = DType::bf16});
 //   models::generate(*p.model, ids, {.max_new_tokens = 16});
@@ -43,6 +44,7 @@
 #include "accel/dispatch/load_checkpoint.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
+#include "accel/io/gguf_model.hpp"
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 
@@ -122,9 +124,13 @@ inline DeviceMap relative_device_map(const DeviceMap& dm, const std::string& bas
 template <policy::Offload Offload = default_offload>
 PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, const LoadPretrainedOptions& options = {}) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::filesystem::path config_path = folder / "config.json";
+  // A GGUF file carries its config in its metadata (io/gguf_model.hpp).
+  std::error_code ec;
+  const bool gguf = std::filesystem::is_regular_file(folder, ec) &&
+                    io::detect_checkpoint_format(folder) == CheckpointFormat::gguf;
+  const std::filesystem::path config_path = gguf ? folder : folder / "config.json";
   PretrainedModel out;
-  out.config = detail::read_config_json(config_path);
+  out.config = gguf ? io::GgufCheckpoint::open(folder.string()).config() : detail::read_config_json(config_path);
   out.dtype = options.dtype.value_or(detail::config_dtype(out.config, config_path.string()).value_or(DType::f32));
   {
     auto guard = nn::init_empty_weights(/*include_buffers=*/false);
@@ -132,7 +138,7 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   }
   nn::Module& root = out.model->module();
   // Found once: both loads below read the same checkpoint.
-  const std::string checkpoint = io::resolve_checkpoint_folder(folder).path.string();
+  const std::string checkpoint = gguf ? folder.string() : io::resolve_checkpoint_folder(folder).path.string();
   LoadCheckpointOptions lo;
   lo.dtype = out.dtype;
   lo.show_progress = options.show_progress;

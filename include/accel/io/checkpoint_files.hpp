@@ -23,7 +23,7 @@ namespace accel::io {
 /// The checkpoint files `checkpoint` names (file, index, or folder; see the header comment).
 /// Accelerate's ValueErrors when the path does not exist, when a folder holds no checkpoint or
 /// several indexes, and for an offload folder (not a checkpoint); FormatError for a file that is
-/// no checkpoint, a format accel does not read (GGUF, legacy pickles), or an index naming a shard
+/// no checkpoint, a format accel does not read (legacy pickles), or an index naming a shard
 /// that does not exist. Shards of an index come sorted by name.
 inline std::vector<std::string> resolve_checkpoint_files(const std::string& checkpoint) {
   namespace fs = std::filesystem;
@@ -39,6 +39,7 @@ inline std::vector<std::string> resolve_checkpoint_files(const std::string& chec
   switch (c.format) {
     case CheckpointFormat::safetensors:
     case CheckpointFormat::torch_bin:
+    case CheckpointFormat::gguf:
       return {c.path.string()};
     case CheckpointFormat::sharded_index: {
       const ShardedIndex ix = read_sharded_index(c.path.string());
@@ -51,7 +52,6 @@ inline std::vector<std::string> resolve_checkpoint_files(const std::string& chec
       throw ValueError(checkpoint + " is " + std::string(checkpoint_format_info(c.format).description) +
                        ", not a checkpoint: load_offloaded_weights reads offloaded weights back");
     case CheckpointFormat::torch_legacy:
-    case CheckpointFormat::gguf:
     case CheckpointFormat::model_folder:
       break;
   }

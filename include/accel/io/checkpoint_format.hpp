@@ -63,7 +63,7 @@ enum class CheckpointFormat : std::uint8_t {
   torch_bin,       ///< torch.save's zip format (pytorch_model.bin, *.pt)
   torch_legacy,    ///< torch.save's pre-zip pickle: recognised, refused
   offload_folder,  ///< Accelerate's offload folder: index.json + <name>.dat
-  gguf,            ///< a GGUF file: recognised, not read yet
+  gguf,            ///< a GGUF model file (io/gguf_model.hpp)
   model_folder,    ///< a folder holding a checkpoint (and usually config.json)
 };
 
@@ -89,7 +89,7 @@ inline constexpr std::array<CheckpointFormatInfo, checkpoint_format_count> check
      "a legacy torch pickle, not a zip archive (torch < 1.6, or _use_new_zipfile_serialization=False)", "", false,
      "accel reads torch.save's zip format only; save it again with torch.save, or as safetensors"},
     {CheckpointFormat::offload_folder, "offload", "an Accelerate offload folder", "", true, ""},
-    {CheckpointFormat::gguf, "gguf", "a GGUF file", ".gguf", false, "reading GGUF files is not supported yet"},
+    {CheckpointFormat::gguf, "gguf", "a GGUF file", ".gguf", false, ""},
     {CheckpointFormat::model_folder, "folder", "a model folder", "", true, ""},
 }};
 

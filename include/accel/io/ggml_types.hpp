@@ -68,7 +68,7 @@ struct GgmlTypeInfo {
   std::size_t block_size;      ///< elements per block (1 for plain types)
   std::size_t type_size;       ///< bytes per block
   std::optional<DType> plain;  ///< the DType of a plain type's bytes; nullopt for block types
-  bool dequantizable;          ///< quant/ggml_dequantize.hpp converts it to float
+  bool dequantizable;          ///< io/ggml_dequantize.hpp converts it to float
 };
 
 inline constexpr std::size_t ggml_qk_k = 256;  ///< elements per super-block of the K and IQ types

@@ -434,7 +434,7 @@ class GgufFile {
 
   /// A read-only cpu tensor over the mapped bytes of a plain-typed tensor (F32, F16, BF16, I8..I64,
   /// F64), in torch order; copied only when the bytes are not aligned for the dtype. Block types
-  /// are DTypeError here: dequantize them (quant/ggml_dequantize.hpp) or read their bytes.
+  /// are DTypeError here: dequantize them (io/ggml_dequantize.hpp) or read their bytes.
   Tensor tensor(std::string_view name) const {
     const auto& t = info(name);
     const auto& row = ggml_type_info(t.type);

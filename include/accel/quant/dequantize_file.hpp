@@ -3,7 +3,7 @@
 //   Tensor t = dequantize_tensor("model.gguf", "blk.0.attn_q.weight");   // Q4_K -> f32, GGUF order
 //   Tensor u = dequantize_tensor("model.safetensors", "lm_head.weight");  // bf16 -> f32
 //
-// GGUF block types are dequantized bit-identically to ggml (quant/ggml_dequantize.hpp); every
+// GGUF block types are dequantized bit-identically to ggml (io/ggml_dequantize.hpp); every
 // other stored dtype is converted (exactly for the floating types narrower than f32). The result
 // is a contiguous cpu tensor in the file's element order: torch order for safetensors, torch .bin,
 // sharded checkpoints and offload folders, and for GGUF the shape ne reversed (the same bytes as
@@ -22,7 +22,7 @@
 #include "accel/io/safetensors.hpp"
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/torch_bin.hpp"
-#include "accel/quant/ggml_dequantize.hpp"
+#include "accel/io/ggml_dequantize.hpp"
 
 namespace accel::quant {
 
@@ -36,7 +36,7 @@ inline Tensor dequantize_tensor(const std::string& path, std::string_view name) 
   Tensor t;
   switch (c.format) {
     case io::CheckpointFormat::gguf:
-      return dequantize(io::GgufFile::open(file), name);
+      return io::dequantize(io::GgufFile::open(file), name);
     case io::CheckpointFormat::safetensors:
       t = io::SafetensorsFile::open(file).tensor(name);
       break;

@@ -3,7 +3,7 @@
 //   dequantize_block(const block_X& b, float* y)           one block, ggml's element order
 //   dequantize_row(t, src, y, n)                           n elements of type t at src
 //   dequantize_ggml(t, bytes, shape) -> Tensor             a float32 cpu tensor of `shape`
-//   dequantize(const io::GgufFile& f, name) -> Tensor      a GGUF tensor, in torch order
+//   dequantize(const GgufFile& f, name) -> Tensor         a GGUF tensor, in torch order
 //
 // Exactness: every block format's value is a product of its f16 scale with small integers, exact
 // in float32, followed by at most one rounding (a subtraction of the min, or the last product of
@@ -24,9 +24,9 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/gguf.hpp"
-#include "accel/quant/ggml_blocks.hpp"
+#include "accel/io/ggml_blocks.hpp"
 
-namespace accel::quant {
+namespace accel::io {
 
 inline void dequantize_block(const block_q4_0& b, float* y) noexcept {
   const float d = f16_scale(b.d);
@@ -263,7 +263,7 @@ namespace detail {
 template <GgmlType T>
 void dequantize_blocks(const std::byte* src, float* y, std::size_t nblocks) {
   using B = ggml_block_t<T>;
-  constexpr std::size_t qk = io::ggml_type_info(T).block_size;
+  constexpr std::size_t qk = ggml_type_info(T).block_size;
   // Blocks are copied out of the (possibly unaligned) source before they are read.
   parallel_for(nblocks, std::size_t{1} << 12, [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
@@ -292,9 +292,9 @@ void convert_plain(const std::byte* src, float* y, std::size_t n) {
 
 /// Converts `n` elements of type `t` stored at `src` to float32 at `y`. `n` must be a whole number
 /// of blocks (ShapeError otherwise); the caller guarantees `src` holds ggml_row_nbytes(t, n) bytes.
-inline void dequantize_row(io::GgmlType t, const std::byte* src, float* y, std::size_t n) {
-  const auto& info = io::ggml_type_info(t);
-  (void)io::ggml_row_nbytes(t, n);
+inline void dequantize_row(GgmlType t, const std::byte* src, float* y, std::size_t n) {
+  const auto& info = ggml_type_info(t);
+  (void)ggml_row_nbytes(t, n);
   const std::size_t nb = n / info.block_size;
   switch (t) {
     case GgmlType::f32: detail::convert_plain<float>(src, y, n); return;
@@ -337,13 +337,13 @@ inline void dequantize_row(io::GgmlType t, const std::byte* src, float* y, std::
 
 /// The float32 cpu tensor of `shape` whose elements are stored as type `t` in `bytes`, rows along
 /// the last dimension of `shape`. ShapeError when `bytes` is not exactly that many elements of `t`.
-inline Tensor dequantize_ggml(io::GgmlType t, io::ByteSpan bytes, const Shape& shape) {
+inline Tensor dequantize_ggml(GgmlType t, ByteSpan bytes, const Shape& shape) {
   const auto numel = static_cast<std::size_t>(shape.numel());
   const std::size_t ne0 = shape.size() ? static_cast<std::size_t>(shape[shape.size() - 1]) : 1;
   const std::size_t rows = ne0 == 0 ? 0 : numel / ne0;
-  const std::size_t want = io::ggml_row_nbytes(t, ne0) * rows;
+  const std::size_t want = ggml_row_nbytes(t, ne0) * rows;
   if (bytes.size() != want) {
-    throw ShapeError(std::string(io::ggml_type_name(t)) + " tensor of shape " + shape.str() + " takes " +
+    throw ShapeError(std::string(ggml_type_name(t)) + " tensor of shape " + shape.str() + " takes " +
                      std::to_string(want) + " bytes, not " + std::to_string(bytes.size()));
   }
   Tensor out = Tensor::empty(shape, DType::f32, Device::cpu());
@@ -353,7 +353,7 @@ inline Tensor dequantize_ggml(io::GgmlType t, io::ByteSpan bytes, const Shape& s
 
 /// Tensor `name` of a GGUF file as float32, in torch order (ne reversed); names the file and the
 /// tensor when its type does not dequantize.
-inline Tensor dequantize(const io::GgufFile& f, std::string_view name) {
+inline Tensor dequantize(const GgufFile& f, std::string_view name) {
   const auto& info = f.info(name);
   try {
     return dequantize_ggml(info.type, f.bytes(info), info.shape());
@@ -362,4 +362,4 @@ inline Tensor dequantize(const io::GgufFile& f, std::string_view name) {
   }
 }
 
-}  // namespace accel::quant
+}  // namespace accel::io

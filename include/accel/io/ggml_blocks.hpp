@@ -16,13 +16,10 @@
 #include "accel/core/float_types.hpp"
 #include "accel/io/ggml_types.hpp"
 
-namespace accel::quant {
-
-using io::GgmlType;
-using io::ggml_qk_k;
+namespace accel::io {
 
 /// A block's f16 scale (stored as raw bits) as float: exact.
-inline float f16_scale(std::uint16_t bits) noexcept { return detail::decode_to_float<detail::half_format>(bits); }
+inline float f16_scale(std::uint16_t bits) noexcept { return accel::detail::decode_to_float<accel::detail::half_format>(bits); }
 
 /// 32 weights: x = (q - 8) * d, q in 0..15; low nibbles hold weights 0..15, high nibbles 16..31.
 struct block_q4_0 {
@@ -150,7 +147,7 @@ using ggml_block_t = typename detail::ggml_block<T>::type;
 template <GgmlType T>
 constexpr bool ggml_block_matches() {
   using B = ggml_block_t<T>;
-  return sizeof(B) == io::ggml_type_info(T).type_size && alignof(B) <= 4;
+  return sizeof(B) == ggml_type_info(T).type_size && alignof(B) <= 4;
 }
 static_assert(ggml_block_matches<GgmlType::q4_0>() && ggml_block_matches<GgmlType::q4_1>() &&
               ggml_block_matches<GgmlType::q5_0>() && ggml_block_matches<GgmlType::q5_1>() &&
@@ -161,4 +158,4 @@ static_assert(ggml_block_matches<GgmlType::q2_k>() && ggml_block_matches<GgmlTyp
 static_assert(ggml_block_matches<GgmlType::iq4_nl>() && ggml_block_matches<GgmlType::iq4_xs>() &&
               ggml_block_matches<GgmlType::tq1_0>() && ggml_block_matches<GgmlType::tq2_0>());
 
-}  // namespace accel::quant
+}  // namespace accel::io

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/io/gguf.hpp"
-#include "accel/quant/ggml_dequantize.hpp"
+#include "accel/io/ggml_dequantize.hpp"
 #include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
 
@@ -94,7 +94,7 @@ void check_tensor_values(const GgufFile& f, const GgufTensorInfo& t, const json&
     CHECK(std::memcmp(v.data_ptr(), ref.data(), ref.size()) == 0);
     return;
   }
-  const Tensor v = quant::dequantize(f, t.name);
+  const Tensor v = io::dequantize(f, t.name);
   REQUIRE(v.dtype() == DType::f32);
   REQUIRE(v.nbytes() == ref.size());
   const auto* got = static_cast<const std::uint32_t*>(v.data_ptr());
@@ -116,7 +116,7 @@ void check_tensor_values(const GgufFile& f, const GgufTensorInfo& t, const json&
 }  // namespace
 
 TEST_CASE("GGUF conformance: valid files open with the manifest's header, metadata and tensors",
-          "[quant][gguf][conformance]") {
+          "[io][gguf][conformance]") {
   const json m = manifest();
   std::size_t files = 0, tensors = 0, unsupported = 0;
   for (const auto& e : m["files"]) {
@@ -145,7 +145,7 @@ TEST_CASE("GGUF conformance: valid files open with the manifest's header, metada
       CHECK(t.file_offset == te["file_offset"].get<std::uint64_t>());
       CHECK(f.info(t.name).file_offset == t.file_offset);
       if (!ggml_type_info(t.type).dequantizable) {
-        CHECK_THROWS_AS(quant::dequantize(f, t.name), DTypeError);
+        CHECK_THROWS_AS(io::dequantize(f, t.name), DTypeError);
         ++unsupported;
         continue;
       }
@@ -161,7 +161,7 @@ TEST_CASE("GGUF conformance: valid files open with the manifest's header, metada
 }
 
 TEST_CASE("GGUF conformance: malformed files are FormatError, lenient ones never crash",
-          "[quant][gguf][conformance]") {
+          "[io][gguf][conformance]") {
   const json m = manifest();
   std::size_t rejected = 0;
   for (const auto& e : m["files"]) {
@@ -175,7 +175,7 @@ TEST_CASE("GGUF conformance: malformed files are FormatError, lenient ones never
         const auto f = GgufFile::open(path);
         // Accepted: read every tensor the way a loader would.
         for (const auto& t : f.tensors()) {
-          if (ggml_type_info(t.type).dequantizable) (void)quant::dequantize(f, t.name);
+          if (ggml_type_info(t.type).dequantizable) (void)io::dequantize(f, t.name);
         }
       } catch (const FormatError&) {
       }
@@ -184,11 +184,11 @@ TEST_CASE("GGUF conformance: malformed files are FormatError, lenient ones never
   CHECK(rejected >= 27);
 }
 
-TEST_CASE("GGUF lenient files: what is accepted reads as described", "[quant][gguf][conformance]") {
+TEST_CASE("GGUF lenient files: what is accepted reads as described", "[io][gguf][conformance]") {
   SECTION("n_dims = 0 is one element") {
     const auto f = GgufFile::open((gguf_dir / "lenient/zero_ndims_scalar.gguf").string());
     REQUIRE(f.tensors().size() == 1);
-    const Tensor t = quant::dequantize(f, f.tensors()[0].name);
+    const Tensor t = io::dequantize(f, f.tensors()[0].name);
     CHECK(t.numel() == 1);
     CHECK(static_cast<const float*>(t.data_ptr())[0] == 2.5f);
   }
@@ -207,7 +207,7 @@ TEST_CASE("GGUF lenient files: what is accepted reads as described", "[quant][gg
   SECTION("the empty tensor name and two tensors over one offset") {
     const auto f = GgufFile::open((gguf_dir / "lenient/empty_tensor_name.gguf").string());
     CHECK(f.contains(""));
-    const Tensor t = quant::dequantize(f, "");
+    const Tensor t = io::dequantize(f, "");
     REQUIRE(t.numel() == 4);
     for (int i = 0; i < 4; ++i) CHECK(static_cast<const float*>(t.data_ptr())[i] == float(i + 1));
     const auto g = GgufFile::open((gguf_dir / "lenient/aliased_tensors.gguf").string());
@@ -220,7 +220,7 @@ TEST_CASE("GGUF lenient files: what is accepted reads as described", "[quant][gg
   }
 }
 
-TEST_CASE("GGUF errors name the file and the key or tensor", "[quant][gguf]") {
+TEST_CASE("GGUF errors name the file and the key or tensor", "[io][gguf]") {
   const auto dir = gguf_dir / "malformed";
   CHECK_THROWS_WITH(GgufFile::open((dir / "duplicate_key.gguf").string()),
                     Catch::Contains("duplicate_key.gguf") && Catch::Contains("'oracle.answer' appears twice"));
@@ -234,7 +234,7 @@ TEST_CASE("GGUF errors name the file and the key or tensor", "[quant][gguf]") {
                     Catch::Contains("ggml type 4"));
 }
 
-TEST_CASE("GGUF alignment 1: tensors at odd addresses read through copies", "[quant][gguf]") {
+TEST_CASE("GGUF alignment 1: tensors at odd addresses read through copies", "[io][gguf]") {
   // A hand-made file: general.alignment = 1, a 3-byte I8 tensor, then an F32 and a Q8_0 tensor
   // that start at odd offsets.
   std::string b = "GGUF";
@@ -258,13 +258,13 @@ TEST_CASE("GGUF alignment 1: tensors at odd addresses read through copies", "[qu
   const Tensor t = f.tensor("b");
   CHECK(t.at<float>({0}) == 1.5f);
   CHECK(t.at<float>({1}) == -2.0f);
-  const Tensor q = quant::dequantize(f, "c");
+  const Tensor q = io::dequantize(f, "c");
   for (int i = 0; i < 32; ++i) CHECK(static_cast<const float*>(q.data_ptr())[i] == 2.0f * (i - 16));
   CHECK_THROWS_AS(f.tensor("c"), DTypeError);
   CHECK_THROWS_WITH(f.info("missing"), Catch::Contains("odd.gguf") && Catch::Contains("'missing'"));
 }
 
-TEST_CASE("ggml type table: block sizes, row bytes and names", "[quant][gguf]") {
+TEST_CASE("ggml type table: block sizes, row bytes and names", "[io][gguf]") {
   CHECK(ggml_row_nbytes(GgmlType::q4_k, 4096) == 16 * 144);
   CHECK(ggml_row_nbytes(GgmlType::f16, 7) == 14);
   CHECK_THROWS_AS(ggml_row_nbytes(GgmlType::q4_0, 33), ShapeError);

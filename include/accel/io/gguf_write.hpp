@@ -1,0 +1,265 @@
+// GGUF writer: metadata and tensors to a version-3 file that GgufFile (and llama.cpp) read back.
+//
+//   GgufWriter w;
+//   w.add("general.architecture", gguf_string("llama"));
+//   w.add_tensor("token_embd.weight", tensor);                   // F32 / F16 / BF16 / I8..I64 / F64
+//   w.add_tensor_bytes("blk.0.attn_q.weight", GgmlType::q8_0, {4096, 4096}, bytes);  // ne order
+//   w.save("model.gguf");                                        // atomic: a temporary, then rename
+//
+//   save_gguf_model(path, hf_config, named_tensors)   an HF LLaMA / GPT-2 state dict as a GGUF
+//                                                      model (names, Q/K row order, transposes and
+//                                                      metadata as io/gguf_model.hpp reads them)
+//
+// Keys and tensor names must be unique (ValueError); "general.alignment" is written when the
+// alignment is not the default 32. Tensors follow each other in the order added, each padded to
+// the alignment.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/errors.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/bytes.hpp"
+#include "accel/io/ggml_types.hpp"
+#include "accel/io/gguf.hpp"
+#include "accel/io/gguf_model.hpp"
+
+namespace accel::io {
+
+/// Metadata value makers, for GgufWriter::add.
+inline GgufValue gguf_string(std::string s) { return {GgufValueType::string, std::move(s)}; }
+inline GgufValue gguf_u32(std::uint32_t v) { return {GgufValueType::uint32, std::uint64_t{v}}; }
+inline GgufValue gguf_f32(float v) { return {GgufValueType::float32, static_cast<double>(v)}; }
+inline GgufValue gguf_bool(bool v) { return {GgufValueType::boolean, v}; }
+/// An array of `elem` values; every item must have type `elem`.
+inline GgufValue gguf_array(GgufValueType elem, std::vector<GgufValue> items) {
+  return {GgufValueType::array, GgufArray{elem, std::move(items)}};
+}
+
+/// Collects metadata and tensors, then writes them (see the header comment).
+class GgufWriter {
+ public:
+  explicit GgufWriter(std::uint32_t alignment = 32) : alignment_(alignment) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+      throw ValueError("GgufWriter: alignment " + std::to_string(alignment) + " is not a power of two");
+    }
+  }
+
+  void add(std::string key, GgufValue value) {
+    if (!keys_.insert(key).second) throw ValueError("GgufWriter: metadata key '" + key + "' added twice");
+    metadata_.emplace_back(std::move(key), std::move(value));
+  }
+
+  /// A plain-typed cpu tensor, stored as is (its shape reversed into ne).
+  void add_tensor(std::string name, const Tensor& t) {
+    const auto type = ggml_type_of(t.dtype());
+    if (!type) throw DTypeError("GgufWriter: tensor '" + name + "' is " + std::string(dtype_name(t.dtype())) +
+                                ", which GGUF stores as no plain type");
+    std::vector<std::uint64_t> ne;
+    for (std::int64_t d = t.dim() - 1; d >= 0; --d) ne.push_back(static_cast<std::uint64_t>(t.size(d)));
+    const Tensor c = t.to(Device::cpu()).contiguous();
+    add_tensor_bytes(std::move(name), *type, std::move(ne),
+                     std::string(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+  }
+
+  /// Stored bytes of any type; `ne` in GGUF order. ShapeError when the bytes do not match.
+  void add_tensor_bytes(std::string name, GgmlType type, std::vector<std::uint64_t> ne, std::string bytes) {
+    if (ne.size() > gguf_max_dims) throw ShapeError("GgufWriter: tensor '" + name + "' has more than 4 dimensions");
+    std::uint64_t numel = 1;
+    for (const auto e : ne) numel *= e;
+    const std::uint64_t ne0 = ne.empty() ? 1 : ne[0];
+    const std::uint64_t want = ne0 == 0 ? 0 : ggml_row_nbytes(type, ne0) * (numel / ne0);
+    if (bytes.size() != want) {
+      throw ShapeError("GgufWriter: tensor '" + name + "' (" + std::string(ggml_type_name(type)) + ") needs " +
+                       std::to_string(want) + " bytes, got " + std::to_string(bytes.size()));
+    }
+    if (!names_.insert(name).second) throw ValueError("GgufWriter: tensor '" + name + "' added twice");
+    tensors_.push_back({std::move(name), type, std::move(ne), std::move(bytes)});
+  }
+
+  /// Writes the file atomically.
+  void save(const std::string& path) const {
+    std::string head = "GGUF";
+    store_le<std::uint32_t>(head, 3);
+    store_le<std::uint64_t>(head, tensors_.size());
+    const bool write_alignment = alignment_ != gguf_default_alignment && !keys_.count("general.alignment");
+    store_le<std::uint64_t>(head, metadata_.size() + (write_alignment ? 1 : 0));
+    for (const auto& [k, v] : metadata_) {
+      put_string(head, k);
+      store_le<std::uint32_t>(head, static_cast<std::uint32_t>(v.type));
+      put_value(head, v);
+    }
+    if (write_alignment) {
+      put_string(head, "general.alignment");
+      store_le<std::uint32_t>(head, static_cast<std::uint32_t>(GgufValueType::uint32));
+      store_le<std::uint32_t>(head, alignment_);
+    }
+    std::uint64_t offset = 0;
+    for (const auto& t : tensors_) {
+      put_string(head, t.name);
+      store_le<std::uint32_t>(head, static_cast<std::uint32_t>(t.ne.size()));
+      for (const auto e : t.ne) store_le<std::uint64_t>(head, e);
+      store_le<std::uint32_t>(head, static_cast<std::uint32_t>(t.type));
+      store_le<std::uint64_t>(head, offset);
+      offset = padded(offset + t.bytes.size());
+    }
+    head.resize(padded(head.size()), '\0');
+    AtomicFile f(path);
+    f.write(head);
+    std::uint64_t at = 0;
+    for (const auto& t : tensors_) {
+      f.write(t.bytes);
+      at += t.bytes.size();
+      const std::string pad(padded(at) - at, '\0');
+      f.write(pad);
+      at += pad.size();
+    }
+    f.commit();
+  }
+
+ private:
+  struct Pending {
+    std::string name;
+    GgmlType type;
+    std::vector<std::uint64_t> ne;
+    std::string bytes;
+  };
+
+  std::uint64_t padded(std::uint64_t n) const { return (n + alignment_ - 1) / alignment_ * alignment_; }
+
+  static void put_string(std::string& out, const std::string& s) {
+    store_le<std::uint64_t>(out, s.size());
+    out += s;
+  }
+
+  static void put_value(std::string& out, const GgufValue& v) {
+    switch (v.type) {
+      case GgufValueType::uint8: store_le<std::uint8_t>(out, static_cast<std::uint8_t>(*v.as_uint())); return;
+      case GgufValueType::uint16: store_le<std::uint16_t>(out, static_cast<std::uint16_t>(*v.as_uint())); return;
+      case GgufValueType::uint32: store_le<std::uint32_t>(out, static_cast<std::uint32_t>(*v.as_uint())); return;
+      case GgufValueType::uint64: store_le<std::uint64_t>(out, *v.as_uint()); return;
+      case GgufValueType::int8: store_le<std::uint8_t>(out, static_cast<std::uint8_t>(std::get<std::int64_t>(v.data))); return;
+      case GgufValueType::int16: store_le<std::uint16_t>(out, static_cast<std::uint16_t>(std::get<std::int64_t>(v.data))); return;
+      case GgufValueType::int32: store_le<std::uint32_t>(out, static_cast<std::uint32_t>(std::get<std::int64_t>(v.data))); return;
+      case GgufValueType::int64: store_le<std::uint64_t>(out, static_cast<std::uint64_t>(std::get<std::int64_t>(v.data))); return;
+      case GgufValueType::float32: {
+        const float f = static_cast<float>(std::get<double>(v.data));
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        store_le<std::uint32_t>(out, bits);
+        return;
+      }
+      case GgufValueType::float64: {
+        std::uint64_t bits;
+        const double d = std::get<double>(v.data);
+        std::memcpy(&bits, &d, 8);
+        store_le<std::uint64_t>(out, bits);
+        return;
+      }
+      case GgufValueType::boolean: out.push_back(*v.as_bool() ? '\1' : '\0'); return;
+      case GgufValueType::string: put_string(out, *v.as_string()); return;
+      case GgufValueType::array: {
+        const auto& a = *v.as_array();
+        store_le<std::uint32_t>(out, static_cast<std::uint32_t>(a.elem_type));
+        store_le<std::uint64_t>(out, a.items.size());
+        for (const auto& item : a.items) {
+          if (item.type != a.elem_type) throw ValueError("GgufWriter: an array item's type differs from the array's");
+          put_value(out, item);
+        }
+        return;
+      }
+    }
+  }
+
+  std::uint32_t alignment_;
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::set<std::string> keys_, names_;
+  std::vector<Pending> tensors_;
+};
+
+/// Writes an HF LLaMA or GPT-2 model (its config.json as JSON, its tensors by HF name) as a GGUF
+/// model file that GgufCheckpoint reads back as the same model. Floating tensors keep their
+/// dtype (f32, f16, bf16); tensors the architecture does not name (GPT-2's attn.bias masks,
+/// rotary caches) are skipped; a tied lm_head is not written.
+inline void save_gguf_model(const std::string& path, const nlohmann::json& config,
+                            const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  const std::string model_type = config.value("model_type", std::string());
+  const GgufArchitecture* arch = nullptr;
+  for (const auto& a : gguf_architectures()) {
+    if (a.model_type == model_type) arch = &a;
+  }
+  if (!arch) throw ValueError("save_gguf_model: model_type '" + model_type + "' has no GGUF architecture (llama, gpt2)");
+  const std::string a(arch->name);
+  GgufWriter w;
+  const auto u32 = [&](const std::string& key, const char* field) {
+    w.add(a + "." + key, gguf_u32(config.at(field).get<std::uint32_t>()));
+  };
+  w.add("general.architecture", gguf_string(a));
+  w.add("general.name", gguf_string(config.value("_name_or_path", std::string("accel model"))));
+  const bool tied = config.value("tie_word_embeddings", model_type == "gpt2");
+  if (model_type == "llama") {
+    const auto heads = config.at("num_attention_heads").get<std::uint32_t>();
+    const auto hidden = config.at("hidden_size").get<std::uint32_t>();
+    u32("context_length", "max_position_embeddings");
+    u32("embedding_length", "hidden_size");
+    u32("block_count", "num_hidden_layers");
+    u32("feed_forward_length", "intermediate_size");
+    u32("attention.head_count", "num_attention_heads");
+    w.add(a + ".attention.head_count_kv", gguf_u32(config.value("num_key_value_heads", heads)));
+    const auto head_dim = config.value("head_dim", hidden / heads);
+    w.add(a + ".rope.dimension_count", gguf_u32(head_dim));
+    if (head_dim != hidden / heads) {
+      w.add(a + ".attention.key_length", gguf_u32(head_dim));
+      w.add(a + ".attention.value_length", gguf_u32(head_dim));
+    }
+    w.add(a + ".attention.layer_norm_rms_epsilon", gguf_f32(config.value("rms_norm_eps", 1e-6f)));
+    w.add(a + ".rope.freq_base", gguf_f32(config.value("rope_theta", 10000.0f)));
+    if (config.contains("rope_scaling") && config["rope_scaling"].is_object()) {
+      const auto& rs = config["rope_scaling"];
+      const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+      if (type != "linear") throw ValueError("save_gguf_model: rope scaling '" + type + "' has no GGUF form here (linear has)");
+      w.add(a + ".rope.scaling.type", gguf_string("linear"));
+      w.add(a + ".rope.scaling.factor", gguf_f32(rs.at("factor").get<float>()));
+    }
+  } else {
+    u32("context_length", "n_positions");
+    u32("embedding_length", "n_embd");
+    u32("block_count", "n_layer");
+    u32("attention.head_count", "n_head");
+    w.add(a + ".feed_forward_length",
+          gguf_u32(config.contains("n_inner") && !config["n_inner"].is_null() ? config["n_inner"].get<std::uint32_t>()
+                                                                              : 4 * config.at("n_embd").get<std::uint32_t>()));
+    w.add(a + ".attention.layer_norm_epsilon", gguf_f32(config.value("layer_norm_epsilon", 1e-5f)));
+  }
+  if (config.contains("bos_token_id") && config["bos_token_id"].is_number_unsigned()) {
+    w.add("tokenizer.ggml.bos_token_id", gguf_u32(config["bos_token_id"].get<std::uint32_t>()));
+  }
+  if (config.contains("eos_token_id") && config["eos_token_id"].is_number_unsigned()) {
+    w.add("tokenizer.ggml.eos_token_id", gguf_u32(config["eos_token_id"].get<std::uint32_t>()));
+  }
+  for (const auto& [hf, t] : tensors) {
+    if (tied && hf == "lm_head.weight") continue;
+    const auto found = detail::find_name_rule(*arch, hf, false);
+    if (!found) continue;
+    Tensor v = t.to(Device::cpu());
+    switch (found->first->layout) {
+      case GgufLayout::same: break;
+      case GgufLayout::transposed: v = v.transpose(0, 1).contiguous(); break;
+      case GgufLayout::qk_permuted: {
+        const auto heads = config.at("num_attention_heads").get<std::int64_t>();
+        v = permute_qk_rows(v, found->first->kv_heads ? config.value("num_key_value_heads", heads) : heads, hf);
+        break;
+      }
+    }
+    w.add_tensor(detail::fill_block_pattern(found->first->gguf, found->second), v);
+  }
+  w.save(path);
+}
+
+}  // namespace accel::io
