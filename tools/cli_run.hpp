@@ -19,7 +19,8 @@
 // bytes per device (the allocator's and the process's resident set) and the offload stream rate.
 //
 // Loads a Hugging Face model folder (config.json + model.safetensors, a sharded index or
-// pytorch_model.bin, + tokenizer.json for --prompt) and generates: greedy unless a sampling
+// pytorch_model.bin, + tokenizer.json for --prompt), or a LLaMA / GPT-2 .gguf file (its block-typed
+// weights kept quantized), and generates: greedy unless a sampling
 // option is given (--temperature, --top-k or --top-p turn sampling on, as do_sample does). The
 // text output shows the placement (once loaded), the generated text (or ids), the load time, the
 // time to first token and the decode speed; --json prints {"prompt_ids", "generated_ids" (new
@@ -54,6 +55,7 @@
 #include "accel/plan/module_sizes.hpp"
 #include "accel/plan/runtime_reserve.hpp"
 #include "accel/models/generate.hpp"
+#include "accel/quant/gguf_quantizer.hpp"
 #include "accel/tokenize/tokenizer.hpp"
 #include "cli_command.hpp"
 #include "cli_common.hpp"
@@ -302,6 +304,13 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   ByteProgressBar bar(progress_label, progress_wanted(req.progress, req.quiet) ? &std::cerr : nullptr);
   dispatch::LoadPretrainedOptions lo{.dtype = req.dtype, .show_progress = false, .progress = bar.callback(),
                                      .disable_mmap = req.disable_mmap};
+  if (dispatch::is_gguf_model(req.model_dir)) {
+    // GGUF weights stay in their blocks (quant/gguf_quantizer.hpp), computing in --dtype or the
+    // dtype the file's own weights suggest (float32 for an F32 file, bfloat16 for block types).
+    const nlohmann::json config = dispatch::read_model_config(req.model_dir);
+    const DType compute = req.dtype.value_or(dispatch::detail::config_dtype(config, req.model_dir.string()).value_or(DType::bf16));
+    lo.quantizer = quant::GgufQuantizer({.compute_dtype = compute});
+  }
   if (req.device_map) {
     out.offload = req.prefetch == 0 ? "sync" : "prefetch:" + std::to_string(req.prefetch);
     lo.offload_folder = req.offload_folder;
@@ -310,7 +319,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
                           *req.device_map == "balanced_low_0" || *req.device_map == "sequential";
     if (strategy) {
       lo.device_map = *req.device_map;
-      const nlohmann::json config = dispatch::detail::read_config_json(req.model_dir / "config.json");
+      const nlohmann::json config = dispatch::read_model_config(req.model_dir);
       const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
       const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
                                   req.generation.max_new_tokens;
@@ -539,7 +548,8 @@ inline Command run_command() {
                "       [--json | --quiet] [--progress]",
       .positionals = {{.name = "MODEL_DIR",
                        .help = "config.json + model.safetensors, a sharded index or pytorch_model.bin\n"
-                               "(+ tokenizer.json for --prompt); none: the built-in default model",
+                               "(+ tokenizer.json for --prompt), or a LLaMA / GPT-2 .gguf file;\n"
+                               "none: the built-in default model",
                        .required = false}},
       .options = {{.name = "--prompt", .placeholder = "TEXT",
                    .help = "the prompt text (needs tokenizer.json; the default model has its own)"},

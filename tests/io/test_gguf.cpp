@@ -275,3 +275,19 @@ TEST_CASE("ggml type table: block sizes, row bytes and names", "[io][gguf]") {
   CHECK(ggml_type_of(DType::bf16) == GgmlType::bf16);
   CHECK_FALSE(ggml_type_of(DType::u8));
 }
+
+TEST_CASE("GGUF extents whose product overflows with zeros counted as 1 are refused", "[io][gguf]") {
+  // ne = [0, 2^62, 2^62]: no element, but every stride a Tensor would derive overflows.
+  std::string b = "GGUF";
+  io::store_le<std::uint32_t>(b, 3);
+  io::store_le<std::uint64_t>(b, 1);
+  io::store_le<std::uint64_t>(b, 0);
+  io::store_le<std::uint64_t>(b, 1);
+  b += "t";
+  io::store_le<std::uint32_t>(b, 3);
+  for (const std::uint64_t e : {std::uint64_t{0}, std::uint64_t{1} << 62, std::uint64_t{1} << 62}) io::store_le(b, e);
+  io::store_le<std::uint32_t>(b, 0);
+  io::store_le<std::uint64_t>(b, 0);
+  b.resize(96, '\0');
+  CHECK_THROWS_WITH(parse_gguf(io::as_bytes(b), "overflow.gguf"), Catch::Contains("overflow.gguf") && Catch::Contains("overflows"));
+}

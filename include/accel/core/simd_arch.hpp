@@ -1,6 +1,7 @@
 // CPU instruction-set tags in xsimd's style, and the run-time choice among them.
 //
 //   simd::scalar < simd::avx2 < simd::avx512 < simd::avx512_bf16     tags, each derived from the one below
+//   simd::avx512_vnni (derived from avx512)                          int8 dot products, for quantized kernels
 //   simd::requires_arch<A>                                           a kernel overload's tag parameter
 //   simd::x86_ladder                                                 xsimd::arch_list, best first
 //   simd::dispatch<List>(f)                                          f(best available tag of List)
@@ -29,6 +30,8 @@
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2")))
 #define ACCEL_TARGET_AVX512_BF16 \
   __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2")))
+#define ACCEL_TARGET_AVX512_VNNI \
+  __attribute__((target("avx512vnni,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2")))
 #else
 #define ACCEL_SIMD_X86 0
 #endif
@@ -42,6 +45,7 @@ struct cpu_features {
   bool avx2 = false;         // with FMA and F16C, which every AVX2 CPU has (x86-64-v3)
   bool avx512 = false;       // F, BW, DQ, VL (x86-64-v4)
   bool avx512_bf16 = false;  // VCVTNEPS2BF16
+  bool avx512_vnni = false;  // VPDPBUSD: int8 dot products
 
   cpu_features() noexcept {
 #if ACCEL_SIMD_X86
@@ -58,6 +62,7 @@ struct cpu_features {
     avx2 = ymm_state && ((b >> 5) & 1u) && fma && f16c;
     const bool f = (b >> 16) & 1u, dq = (b >> 17) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u;
     avx512 = avx2 && zmm_state && f && dq && bw && vl;
+    avx512_vnni = avx512 && ((c >> 11) & 1u);
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512_bf16 = avx512 && ((a >> 5) & 1u);
 #endif
   }
@@ -100,6 +105,12 @@ struct avx512 : x86_tag<avx2, 2, 64, &detail::cpu_features::avx512> {
 /// AVX-512 with the BF16 conversions (Cooper Lake, Sapphire Rapids, Zen 4).
 struct avx512_bf16 : x86_tag<avx512, 3, 64, &detail::cpu_features::avx512_bf16> {
   static constexpr const char* name() noexcept { return "avx512_bf16"; }
+};
+
+/// AVX-512 with VNNI's int8 dot products (Cascade Lake, Ice Lake, Zen 4 and later). Outside the
+/// conversion ladder (a branch beside avx512_bf16): only the quantized kernels' list names it.
+struct avx512_vnni : x86_tag<avx512, 3, 64, &detail::cpu_features::avx512_vnni> {
+  static constexpr const char* name() noexcept { return "avx512_vnni"; }
 };
 
 /// The tag parameter of a kernel overload; a derived tag converts to it (the fallback).

@@ -72,6 +72,7 @@
 #include "accel/nn/set_tensor.hpp"
 #include "accel/nn/tied.hpp"
 #include "accel/plan/device_map.hpp"
+#include "accel/dispatch/quantizer.hpp"
 
 namespace accel::dispatch {
 
@@ -101,6 +102,11 @@ struct LoadCheckpointOptions {
   bool disable_mmap = false;
   /// Where Accelerate's warnings go (none when null).
   std::ostream* warnings = nullptr;
+  /// Consulted for every checkpoint tensor (dispatch/quantizer.hpp): a tensor it claims is stored by
+  /// its create_quantized_param on the tensor's device instead of being set as is. The model must
+  /// already be its preprocess_model's output. Not in Accelerate's signature (transformers and
+  /// Diffusers thread it through their own loading loop).
+  std::optional<AnyQuantizer> quantizer{};
 };
 
 /// What load_checkpoint_in_model did.
@@ -188,10 +194,14 @@ class CheckpointLoader {
         if (placed) placed(t.nbytes());
       }
     } else if (format == CheckpointFormat::gguf) {
-      // Under HF names and in HF layout (io/gguf_model.hpp); block types arrive dequantized.
+      // Under HF names and in HF layout (io/gguf_model.hpp). A block-typed tensor whose model cell
+      // holds packed bytes (a quantizer swapped its layer) arrives packed; otherwise dequantized.
       const auto ck = io::GgufCheckpoint::open(file);
       for (const auto& name : ck.keys()) {
-        place(name, ck.tensor(name), file, nullptr);
+        const auto it = cells_.find(name);
+        const bool packed = !io::ggml_type_info(ck.info(name).type).plain && it != cells_.end() &&
+                            it->second->data.defined() && it->second->data.dtype() == DType::u8;
+        place(name, packed ? ck.packed(name) : ck.tensor(name), file, nullptr);
         if (placed) placed(static_cast<std::size_t>(ck.info(name).nbytes));
       }
     } else {
@@ -199,6 +209,24 @@ class CheckpointLoader {
       throw FormatError("'" + file + "' is " + std::string(io::checkpoint_format_info(format).description) +
                         ", not a checkpoint file load_checkpoint_in_model reads (safetensors, a torch .bin or GGUF)");
     }
+  }
+
+  /// A tensor the quantizer claims: its shape is the quantizer's to check, and it stores it.
+  void place_quantized(const std::string& name, nn::Parameter* cell, const Tensor& old, const Tensor& value,
+                       const std::string& file) {
+    if (old.defined() && !o_.quantizer->check_quantized_param_shape(name, old, value)) {
+      throw ShapeError("loading '" + file + "': quantized tensor '" + name + "' has shape " + value.shape().str() +
+                       ", which " + o_.quantizer->name() + " cannot store in the model's " + old.shape().str());
+    }
+    const Placement where = placement_of(name, old, file);
+    if (where.is_disk()) {
+      throw ValueError("loading '" + file + "': tensor '" + name + "' is quantized by " + o_.quantizer->name() +
+                       " and placed on disk; quantized weights are placed on a GPU or the CPU");
+    }
+    loaded_.insert(cell);
+    if (materialised_.count(cell)) return;
+    o_.quantizer->create_quantized_param(model_, value, name, where.device());
+    if (!where.device().is_meta()) materialised_.insert(cell);
   }
 
   /// Saves the offload index, loads back the parked CPU weights and lists the missing keys.
@@ -216,6 +244,7 @@ class CheckpointLoader {
     for (const auto& name : order_) {
       if (!loaded_.count(cells_.at(name).get())) result_.missing_keys.push_back(name);
     }
+    if (o_.quantizer) result_.missing_keys = o_.quantizer->update_missing_keys(model_, std::move(result_.missing_keys), "");
     result_.checkpoint_files = std::move(files);
     return std::move(result_);
   }
@@ -229,6 +258,10 @@ class CheckpointLoader {
     }
     nn::Parameter* cell = it->second.get();
     const Tensor old = cell->data;
+    if (o_.quantizer && o_.quantizer->check_if_quantized_param(model_, value, name)) {
+      place_quantized(name, cell, old, value, file);
+      return;
+    }
     if (old.defined() && old.shape() != value.shape()) {
       const auto dot = name.rfind('.');
       const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);

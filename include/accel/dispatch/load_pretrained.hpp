@@ -42,6 +42,7 @@
 #include "accel/dispatch/big_modeling.hpp"
 #include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
+#include "accel/dispatch/quantizer.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/checkpoint_format.hpp"
 #include "accel/io/gguf_model.hpp"
@@ -70,6 +71,9 @@ struct LoadPretrainedOptions {
   std::optional<std::string> offload_folder{};
   /// Bytes each device keeps free for what runs (KV cache, activations, the prefetch ring).
   MaxMemory reserve{};
+  /// A quantization backend (dispatch/quantizer.hpp; accel/quant/ has them): it may change the
+  /// dtype, swaps layers on the meta model before the plan, and stores the tensors it claims.
+  std::optional<AnyQuantizer> quantizer{};
 };
 
 /// A loaded model and what loading it took.
@@ -119,19 +123,33 @@ inline DeviceMap relative_device_map(const DeviceMap& dm, const std::string& bas
 }
 }  // namespace detail
 
+/// True when `model` is a GGUF file (the model is then the file, its config in its metadata).
+inline bool is_gguf_model(const std::filesystem::path& model) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(model, ec) && io::detect_checkpoint_format(model) == CheckpointFormat::gguf;
+}
+
+/// The config.json of a model folder, or the config a GGUF file's metadata stands for.
+inline nlohmann::json read_model_config(const std::filesystem::path& model) {
+  return is_gguf_model(model) ? io::GgufCheckpoint::open(model.string()).config() : detail::read_config_json(model / "config.json");
+}
+
 /// Loads the causal LM of a Hugging Face model folder (see the header comment); Offload is how a
 /// placed model's offloaded weights travel.
 template <policy::Offload Offload = default_offload>
 PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, const LoadPretrainedOptions& options = {}) {
   const auto t0 = std::chrono::steady_clock::now();
   // A GGUF file carries its config in its metadata (io/gguf_model.hpp).
-  std::error_code ec;
-  const bool gguf = std::filesystem::is_regular_file(folder, ec) &&
-                    io::detect_checkpoint_format(folder) == CheckpointFormat::gguf;
+  const bool gguf = is_gguf_model(folder);
   const std::filesystem::path config_path = gguf ? folder : folder / "config.json";
   PretrainedModel out;
-  out.config = gguf ? io::GgufCheckpoint::open(folder.string()).config() : detail::read_config_json(config_path);
-  out.dtype = options.dtype.value_or(detail::config_dtype(out.config, config_path.string()).value_or(DType::f32));
+  out.config = read_model_config(folder);
+  std::optional<DType> dtype = options.dtype;
+  if (options.quantizer) {
+    options.quantizer->validate_environment();
+    dtype = options.quantizer->update_torch_dtype(dtype);
+  }
+  out.dtype = dtype.value_or(detail::config_dtype(out.config, config_path.string()).value_or(DType::f32));
   {
     auto guard = nn::init_empty_weights(/*include_buffers=*/false);
     out.model = models::causal_lm_from_hf_config(out.config, out.dtype, config_path.string());
@@ -139,7 +157,9 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   nn::Module& root = out.model->module();
   // Found once: both loads below read the same checkpoint.
   const std::string checkpoint = gguf ? folder.string() : io::resolve_checkpoint_folder(folder).path.string();
+  if (options.quantizer) options.quantizer->preprocess_model(root, io::resolve_checkpoint_files(checkpoint));
   LoadCheckpointOptions lo;
+  lo.quantizer = options.quantizer;
   lo.dtype = out.dtype;
   lo.show_progress = options.show_progress;
   lo.progress = options.progress;
@@ -151,7 +171,9 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
       plan.no_split_module_classes = root.no_split_modules();
       plan.dtype = out.dtype;
       plan.reserve = options.reserve;
-      out.device_map = resolve_device_map(root, *s, options.max_memory ? *options.max_memory : plan::get_max_memory(), plan);
+      MaxMemory budgets = options.max_memory ? *options.max_memory : plan::get_max_memory();
+      if (options.quantizer) budgets = options.quantizer->adjust_max_memory(std::move(budgets));
+      out.device_map = resolve_device_map(root, *s, budgets, plan);
     } else {
       out.device_map = std::get<DeviceMap>(*options.device_map);
       check_device_map(root, *out.device_map);
@@ -190,6 +212,7 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
                    out.model->info().model_type + " model of config.json needs it; " +
                    std::to_string(out.load.missing_keys.size()) + " missing in all)");
   }
+  if (options.quantizer) options.quantizer->postprocess_model(root);
   // A plan that puts everything on disk still runs: the hooks stream every block in.
   if (out.device_map) dispatch_model<Offload>(root, *out.device_map, {.offload_dir = lo.offload_folder, .force_hooks = has_disk});
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -3,6 +3,7 @@
 //   block_q4_0 ... block_q8_k, block_iq4_nl, block_iq4_xs, block_tq1_0, block_tq2_0
 //   ggml_block_t<GgmlType::q4_k>      the struct of a type (compile-time lookup)
 //   f16_scale(bits)                   a block's f16 scale as float (exact)
+//   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
 //
 // Field order and widths are the file format: every struct is standard layout and unpadded, so
 // its size is the block's size in the file. Readers copy a block out of the mapped bytes into the
@@ -113,6 +114,17 @@ struct block_tq2_0 {
   std::uint8_t qs[64];
   std::uint16_t d;
 };
+
+/// Scale and min of group j (0..7) of a Q4_K / Q5_K block: six bits each, packed in 12 bytes.
+inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& mn) noexcept {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = static_cast<std::uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    mn = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
 
 /// IQ4_NL's and IQ4_XS's code book.
 inline constexpr std::int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

@@ -127,27 +127,15 @@ inline void dequantize_block(const block_q3_k& b, float* y) noexcept {
   }
 }
 
-namespace detail {
-/// Scale and min of group j (0..7) of a Q4_K / Q5_K block: six bits each, packed in 12 bytes.
-inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& mn) noexcept {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = static_cast<std::uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
-    mn = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-}  // namespace detail
 
 inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
   const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
   const std::uint8_t* q = b.qs;
   for (int g = 0; g < 8; g += 2) {
     std::uint8_t sc, mn;
-    detail::k4_scale_min(g, b.scales, sc, mn);
+    k4_scale_min(g, b.scales, sc, mn);
     const float d1 = d * sc, m1 = dmin * mn;
-    detail::k4_scale_min(g + 1, b.scales, sc, mn);
+    k4_scale_min(g + 1, b.scales, sc, mn);
     const float d2 = d * sc, m2 = dmin * mn;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -161,9 +149,9 @@ inline void dequantize_block(const block_q5_k& b, float* y) noexcept {
   std::uint8_t u1 = 1, u2 = 2;
   for (int g = 0; g < 8; g += 2) {
     std::uint8_t sc, mn;
-    detail::k4_scale_min(g, b.scales, sc, mn);
+    k4_scale_min(g, b.scales, sc, mn);
     const float d1 = d * sc, m1 = dmin * mn;
-    detail::k4_scale_min(g + 1, b.scales, sc, mn);
+    k4_scale_min(g + 1, b.scales, sc, mn);
     const float d2 = d * sc, m2 = dmin * mn;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0x0F) + ((b.qh[l] & u1) ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + ((b.qh[l] & u2) ? 16 : 0)) - m2;
@@ -347,7 +335,8 @@ inline Tensor dequantize_ggml(GgmlType t, ByteSpan bytes, const Shape& shape) {
                      std::to_string(want) + " bytes, not " + std::to_string(bytes.size()));
   }
   Tensor out = Tensor::empty(shape, DType::f32, Device::cpu());
-  if (numel) dequantize_row(t, bytes.data(), static_cast<float*>(out.data_ptr()), numel);
+  // An empty tensor of a type that does not dequantize is still refused, as the header says.
+  if (numel || !ggml_type_info(t).dequantizable) dequantize_row(t, bytes.data(), static_cast<float*>(out.data_ptr()), numel);
   return out;
 }
 

@@ -23,6 +23,7 @@
 // more, several tensors over the same bytes, n_dims = 0 (one element).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -330,14 +331,18 @@ inline GgufHeader parse_gguf(ByteSpan file, const std::string& source) {
       c.fail(what + " has " + std::to_string(n_dims) + " dimensions; at most " + std::to_string(gguf_max_dims));
     }
     t.numel = 1;
+    // A Tensor derives strides from the extents with zeros counted as 1, so that product must fit
+    // too: [0, 2^62, 2^62] holds nothing but would overflow every stride.
+    std::uint64_t strides = 1;
     for (std::uint32_t d = 0; d < n_dims; ++d) {
       const auto e = c.read<std::uint64_t>(what + " extent");
-      if (e > static_cast<std::uint64_t>(INT64_MAX) ||
-          (e != 0 && t.numel > static_cast<std::uint64_t>(INT64_MAX) / e)) {
+      const std::uint64_t at_least_one = std::max<std::uint64_t>(e, 1);
+      if (e > static_cast<std::uint64_t>(INT64_MAX) || strides > static_cast<std::uint64_t>(INT64_MAX) / at_least_one) {
         c.fail(what + ": the extents' product overflows");
       }
       t.ne.push_back(e);
       t.numel *= e;
+      strides *= at_least_one;
     }
     const auto type_id = c.read<std::uint32_t>(what + " type");
     const auto* info = find_ggml_type(type_id);

@@ -6,6 +6,7 @@
 //                          torch_dtype: the first block's weight type, bfloat16 for block types)
 //   ck.keys()              "model.layers.0.self_attn.q_proj.weight", ... in file order
 //   ck.tensor(name)        the tensor in HF layout (see below)
+//   ck.packed(name)        a block-typed tensor's bytes, rows in HF order, for quantized layers
 //   gguf_tensor_name(arch, hf_name) / hf_tensor_name(arch, gguf_name)   the name tables
 //   permute_qk_rows(t, n_head) / unpermute_qk_rows(t, n_head)           llama.cpp's Q/K row order
 //
@@ -252,6 +253,22 @@ class GgufCheckpoint {
   bool contains(std::string_view hf_name) const { return find(hf_name) != nullptr; }
   /// The GGUF tensor behind `hf_name`; KeyError naming the file when absent.
   const GgufTensorInfo& info(std::string_view hf_name) const { return *entry(hf_name).info; }
+
+  /// Tensor `hf_name` as its stored bytes, for a quantized layer that consumes ggml's blocks: a u8
+  /// tensor whose shape is the tensor's with the last extent replaced by a row's bytes, in ggml's
+  /// row layout ([out, in]: GPT-2's weights stay untransposed), with LLaMA's Q/K row interleaving
+  /// undone (whole rows move; nothing is dequantized).
+  Tensor packed(std::string_view hf_name) const {
+    const Entry& e = entry(hf_name);
+    const auto& t = *e.info;
+    Shape shape = t.shape();
+    if (shape.size() == 0) shape.push_back(1);
+    shape[shape.size() - 1] = static_cast<std::int64_t>(ggml_row_nbytes(t.type, t.ne.empty() ? 1 : t.ne[0]));
+    Tensor bytes = Tensor::from_storage(file_.mapped_file()->region(t.file_offset, t.nbytes), DType::u8, shape);
+    if (e.rule->layout != GgufLayout::qk_permuted) return bytes;
+    const char* key = e.rule->kv_heads ? "num_key_value_heads" : "num_attention_heads";
+    return unpermute_qk_rows(bytes, config_.at(key).get<std::int64_t>(), where_ + ", tensor '" + t.name + "'");
+  }
 
   /// Tensor `hf_name` in HF layout (header comment): plain types keep their dtype, block types are
   /// dequantized to float32.

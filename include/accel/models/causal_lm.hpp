@@ -125,7 +125,7 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
   BasicCausalLM(const std::string& class_name, const std::string& base_name, std::shared_ptr<Base> base,
                 std::int64_t hidden, std::int64_t vocab, bool tie, const std::string& tied_embedding, DType dtype,
                 ModelInfo info)
-      : Module(class_name), info_(std::move(info)) {
+      : Module(class_name), info_(std::move(info)), dtype_(dtype) {
     base_ = this->register_child(base_name, std::move(base));
     lm_head_ = this->register_child("lm_head", std::make_shared<nn::BasicLinear<P>>(hidden, vocab, false, dtype));
     if (tie) lm_head_->register_parameter("weight", base_->parameter_cell(tied_embedding));
@@ -149,13 +149,18 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
                 const Tensor& attention_mask) override {
     return (*this)(input_ids, cache, logits_to_keep, attention_mask);
   }
-  // The head's weight keeps its dtype on meta, so this holds while it is offloaded.
-  DType activation_dtype() override { return lm_head_->get_parameter("weight").dtype(); }
+  // The head's weight keeps its dtype on meta, so this holds while it is offloaded; a quantized
+  // head (packed bytes) computes in the dtype the model was built in.
+  DType activation_dtype() override {
+    const DType d = lm_head_->get_parameter("weight").dtype();
+    return is_floating_point(d) ? d : dtype_;
+  }
 
  private:
   nn::ChildRef<Base> base_;
   nn::ChildRef<> lm_head_;
   ModelInfo info_;
+  DType dtype_;
 };
 
 }  // namespace accel::models

@@ -1,0 +1,180 @@
+// Quantized GEMV (n = 1) and small GEMM (n = 16) over ggml blocks: quant::ggml_linear for Q8_0,
+// Q4_0, Q4_K and Q6_K, and bf16 through ops::linear, for m = 4096 outputs and k = 4096 and 14336,
+// next to llama.cpp's own kernels measured in the same run (test-backend-ops -o MUL_MAT -b CPU
+// perf, when --test-backend-ops gives its path), with the weight bytes each call streams.
+//
+//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--json]
+//
+// Prints per shape and type: our median microseconds per call, the weights' GB/s, llama.cpp's
+// microseconds per run for the same MUL_MAT (type_a = the weight type, type_b = f32, m, n, k) and
+// the ratio (above 1: faster than llama.cpp). Threads: accel's CPU threads (OMP_NUM_THREADS) and
+// the same count for test-backend-ops (it takes the machine's hardware concurrency).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/parallel.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/ggml_types.hpp"
+#include "accel/ops/matmul.hpp"
+#include "accel/quant/ggml_linear.hpp"
+#include "accel/quant/ggml_quantize.hpp"
+#include "common/json_stdout.hpp"
+
+using namespace accel;
+using io::GgmlType;
+
+namespace {
+
+struct Args {
+  int reps = 15;
+  std::string test_backend_ops;
+  bool json = false;
+};
+
+/// Weights of `type` for an m x k layer: reference-quantized random values where the library has
+/// the quantizer, random blocks with small scales otherwise (the kernels' speed does not depend on
+/// the values).
+Tensor make_weights(GgmlType type, std::int64_t m, std::int64_t k, std::mt19937& g) {
+  const Shape shape = quant::gguf_linear_weight_shape(type, k, m);
+  Tensor w = Tensor::empty(shape, DType::u8, Device::cpu());
+  auto* p = static_cast<std::uint8_t*>(w.data_ptr());
+  const std::size_t n = static_cast<std::size_t>(m * k);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  if (type == GgmlType::q8_0 || type == GgmlType::q4_0) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(g);
+    if (type == GgmlType::q8_0) quant::quantize_row_q8_0(x.data(), reinterpret_cast<io::block_q8_0*>(p), n);
+    else quant::quantize_row_q4_0(x.data(), reinterpret_cast<io::block_q4_0*>(p), n);
+    return w;
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (std::size_t i = 0; i < w.nbytes(); ++i) p[i] = static_cast<std::uint8_t>(byte(g));
+  const auto& info = io::ggml_type_info(type);
+  const std::uint16_t small = half(0.001f).bits;
+  for (std::size_t b = 0; b < w.nbytes() / info.type_size; ++b) {
+    std::uint8_t* blk = p + b * info.type_size;
+    if (type == GgmlType::q4_k) std::memcpy(blk, &small, 2), std::memcpy(blk + 2, &small, 2);
+    if (type == GgmlType::q6_k) std::memcpy(blk + 208, &small, 2);
+  }
+  return w;
+}
+
+template <class F>
+double median_us(int reps, F&& f) {
+  f();  // warm: pages faulted, caches and threads up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// llama.cpp's MUL_MAT timings: (type name lower-case, m, n, k) -> microseconds per run.
+std::map<std::tuple<std::string, int, int, int>, double> run_test_backend_ops(const std::string& path) {
+  std::map<std::tuple<std::string, int, int, int>, double> out;
+  const std::string cmd = "'" + path + "' -o MUL_MAT -b CPU perf 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  const std::regex line(R"(MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),bs=\[1,1\],nr=\[1,1\].*?\):\s+\d+ runs -\s+([\d.]+) us/run)");
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) {
+    std::cmatch mt;
+    if (std::regex_search(buf, mt, line)) {
+      out[{mt[1].str(), std::stoi(mt[2].str()), std::stoi(mt[3].str()), std::stoi(mt[4].str())}] = std::stod(mt[5].str());
+    }
+  }
+  ::pclose(p);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--reps") a.reps = std::stoi(value());
+    else if (k == "--test-backend-ops") a.test_backend_ops = value();
+    else if (k == "--json") a.json = true;
+    else {
+      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--json]\n");
+      return 2;
+    }
+  }
+  accel_bench::JsonStdout json_mode(a.json);
+  std::mt19937 g(1);
+  struct Row {
+    std::string type;
+    int m, n, k;
+    double us, gbps, theirs_us;
+  };
+  std::vector<Row> rows;
+  const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
+      {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k}, {"bf16", std::nullopt}};
+  for (const int k : {4096, 14336}) {
+    for (const auto& [name, type] : types) {
+      const int m = 4096;
+      const Tensor w = type ? make_weights(*type, m, k, g)
+                            : Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k}).to(DType::bf16);
+      for (const int n : {1, 16}) {
+        std::vector<float> xs(std::size_t(n) * k);
+        std::normal_distribution<float> nd;
+        for (auto& v : xs) v = nd(g);
+        const Tensor x = Tensor::from_vector(xs, Shape{n, k});
+        const Tensor xb = x.to(DType::bf16);
+        const double us = type ? median_us(a.reps, [&] { (void)quant::ggml_linear(x, w, *type, k, m); })
+                               : median_us(a.reps, [&] { (void)ops::linear(xb, w); });
+        rows.push_back({name, m, n, k, us, double(w.nbytes()) / (us * 1e3), 0});
+      }
+    }
+  }
+  if (!a.test_backend_ops.empty()) {
+    const auto theirs = run_test_backend_ops(a.test_backend_ops);
+    for (auto& r : rows) {
+      std::string t = r.type;
+      std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+      if (const auto it = theirs.find({t, r.m, r.n, r.k}); it != theirs.end()) r.theirs_us = it->second;
+    }
+  }
+  if (a.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : rows) {
+      j.push_back({{"type", r.type}, {"m", r.m}, {"n", r.n}, {"k", r.k}, {"us", r.us}, {"weights_gb_per_s", r.gbps},
+                   {"llamacpp_us", r.theirs_us ? nlohmann::json(r.theirs_us) : nlohmann::json()}});
+    }
+    json_mode.print({{"threads", accel::num_threads()}, {"rows", j}});
+    return 0;
+  }
+  std::printf("quantized linear, %d threads, median of %d calls (weights GB/s = packed bytes / time)\n",
+              accel::num_threads(), a.reps);
+  std::printf("%-6s %5s %3s %6s %12s %10s %16s %8s\n", "type", "m", "n", "k", "accel us", "GB/s", "llama.cpp us", "ratio");
+  for (const auto& r : rows) {
+    std::printf("%-6s %5d %3d %6d %12.1f %10.2f", r.type.c_str(), r.m, r.n, r.k, r.us, r.gbps);
+    if (r.theirs_us > 0) std::printf(" %16.1f %7.2fx\n", r.theirs_us, r.theirs_us / r.us);
+    else std::printf(" %16s %8s\n", "-", "-");
+  }
+  if (a.test_backend_ops.empty()) std::printf("(give --test-backend-ops PATH for llama.cpp's rows in the same run)\n");
+  return 0;
+}

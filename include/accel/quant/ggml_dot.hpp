@@ -1,0 +1,305 @@
+// Dot products of ggml-quantized weight rows with quantized activations, as ggml computes them:
+// the activation row is quantized once to the weight type's partner (Q8_0 for Q8_0 / Q4_0, Q8_K
+// for the K types) and each block's integer dot product is scaled by the two scales.
+//
+//   ActivationRow                           a quantized row and the per-block sums of its ints
+//   has_quantized_dot(t)                    Q8_0, Q4_0, Q4_K, Q6_K have integer kernels
+//   vec_dot(arch, t, n, w_row, x)           one weight row (n elements) times one activation row
+//
+// Kernels are overloads on the simd tags (core/simd_arch.hpp): portable C++ for every CPU, and
+// AVX-512 VNNI (VPDPBUSD: unsigned x signed bytes into int32) where the CPU has it. Integer sums
+// are exact, so the two give the same result up to the order of the float accumulation. Weight
+// rows are read through memcpy-free unaligned loads: GGUF promises only a tensor's alignment.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "accel/core/errors.hpp"
+#include "accel/core/float_types.hpp"
+#include "accel/core/simd_arch.hpp"
+#include "accel/io/ggml_blocks.hpp"
+#include "accel/quant/ggml_quantize.hpp"
+
+#if ACCEL_SIMD_X86
+#include <immintrin.h>
+#endif
+
+namespace accel::quant {
+
+using io::GgmlType;
+
+/// The kernel tags quantized dot products dispatch over, best first.
+using quant_ladder = xsimd::arch_list<simd::avx512_vnni, simd::scalar>;
+
+/// One activation row quantized for type `t`'s dot product, with the sum of each Q8_0 block's
+/// ints (the Q4_0 kernel's offset correction).
+struct ActivationRow {
+  std::vector<io::block_q8_0> q8_0;
+  std::vector<std::int32_t> q8_0_sums;
+  std::vector<io::block_q8_k> q8_k;
+};
+
+/// True when `t` has integer kernels here (others are computed from dequantized rows).
+constexpr bool has_quantized_dot(GgmlType t) noexcept {
+  return t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k || t == GgmlType::q6_k;
+}
+
+/// Quantizes `x` (n floats) into `row` for type `t`'s kernel.
+inline void quantize_activation(GgmlType t, const float* x, std::size_t n, ActivationRow& row) {
+  if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
+    row.q8_k.resize(n / 256);
+    quantize_row_q8_k(x, row.q8_k.data(), n);
+    return;
+  }
+  row.q8_0.resize(n / 32);
+  row.q8_0_sums.resize(n / 32);
+  quantize_row_q8_0(x, row.q8_0.data(), n);
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    int s = 0;
+    for (int j = 0; j < 32; ++j) s += row.q8_0[b].qs[j];
+    row.q8_0_sums[b] = s;
+  }
+}
+
+namespace detail {
+template <class B>
+B load_block(const std::byte* p) noexcept {
+  B b;
+  std::memcpy(&b, p, sizeof(B));
+  return b;
+}
+}  // namespace detail
+
+// ---- portable kernels ------------------------------------------------------------------------
+
+inline float dot_q8_0(simd::requires_arch<simd::scalar>, std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+  float acc = 0;
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const auto blk = detail::load_block<io::block_q8_0>(w + b * sizeof(io::block_q8_0));
+    int s = 0;
+    for (int j = 0; j < 32; ++j) s += blk.qs[j] * x.q8_0[b].qs[j];
+    acc += io::f16_scale(blk.d) * io::f16_scale(x.q8_0[b].d) * static_cast<float>(s);
+  }
+  return acc;
+}
+
+inline float dot_q4_0(simd::requires_arch<simd::scalar>, std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+  float acc = 0;
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const auto blk = detail::load_block<io::block_q4_0>(w + b * sizeof(io::block_q4_0));
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += (blk.qs[j] & 0x0F) * x.q8_0[b].qs[j] + (blk.qs[j] >> 4) * x.q8_0[b].qs[j + 16];
+    s -= 8 * x.q8_0_sums[b];
+    acc += io::f16_scale(blk.d) * io::f16_scale(x.q8_0[b].d) * static_cast<float>(s);
+  }
+  return acc;
+}
+
+inline float dot_q4_k(simd::requires_arch<simd::scalar>, std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+  float acc = 0;
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto blk = detail::load_block<io::block_q4_k>(w + b * sizeof(io::block_q4_k));
+    const auto& a = x.q8_k[b];
+    int sumi = 0, summ = 0;
+    for (int g = 0; g < 8; ++g) {
+      std::uint8_t sc, mn;
+      io::k4_scale_min(g, blk.scales, sc, mn);
+      const std::uint8_t* q = blk.qs + 32 * (g / 2);
+      const int shift = 4 * (g % 2);
+      int s = 0;
+      for (int j = 0; j < 32; ++j) s += ((q[j] >> shift) & 0x0F) * a.qs[32 * g + j];
+      sumi += sc * s;
+      summ += mn * (a.bsums[2 * g] + a.bsums[2 * g + 1]);
+    }
+    acc += a.d * (io::f16_scale(blk.d) * static_cast<float>(sumi) - io::f16_scale(blk.dmin) * static_cast<float>(summ));
+  }
+  return acc;
+}
+
+namespace detail {
+/// The 6-bit values (0..63) of a Q6_K block in element order.
+inline void q6_k_values(const io::block_q6_k& b, std::uint8_t* u) noexcept {
+  for (int n = 0; n < 2; ++n) {
+    const std::uint8_t* ql = b.ql + 64 * n;
+    const std::uint8_t* qh = b.qh + 32 * n;
+    for (int l = 0; l < 32; ++l) {
+      u[128 * n + l] = static_cast<std::uint8_t>((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+      u[128 * n + l + 32] = static_cast<std::uint8_t>((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+      u[128 * n + l + 64] = static_cast<std::uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      u[128 * n + l + 96] = static_cast<std::uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+}  // namespace detail
+
+inline float dot_q6_k(simd::requires_arch<simd::scalar>, std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+  float acc = 0;
+  std::uint8_t u[256];
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto blk = detail::load_block<io::block_q6_k>(w + b * sizeof(io::block_q6_k));
+    const auto& a = x.q8_k[b];
+    detail::q6_k_values(blk, u);
+    int sumi = 0;
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += u[16 * g + j] * a.qs[16 * g + j];
+      sumi += blk.scales[g] * (s - 32 * a.bsums[g]);
+    }
+    acc += a.d * io::f16_scale(blk.d) * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+// ---- AVX-512 VNNI kernels ----------------------------------------------------------------------
+#if ACCEL_SIMD_X86
+
+namespace detail {
+ACCEL_TARGET_AVX512_VNNI inline float hsum(__m256 v) noexcept {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+ACCEL_TARGET_AVX512_VNNI inline int hsum_i32(__m256i v) noexcept {
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
+/// The two nibbles of 16 bytes as 32 bytes: low nibbles first (elements 0..15), then high.
+ACCEL_TARGET_AVX512_VNNI inline __m256i nibbles(const std::uint8_t* q) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+}  // namespace detail
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  __m256 acc = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const std::byte* p = w + b * sizeof(io::block_q8_0);
+    std::uint16_t d;
+    std::memcpy(&d, p, 2);
+    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_0[b].qs));
+    // |w| (unsigned) times x with w's sign: VPDPBUSD's unsigned x signed form of w * x.
+    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+    const float scale = io::f16_scale(d) * io::f16_scale(x.q8_0[b].d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
+  }
+  return detail::hsum(acc);
+}
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q4_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  __m256 acc = _mm256_setzero_ps();
+  float correction = 0;
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const std::byte* p = w + b * sizeof(io::block_q4_0);
+    std::uint16_t d;
+    std::memcpy(&d, p, 2);
+    const __m256i q = detail::nibbles(reinterpret_cast<const std::uint8_t*>(p + 2));
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_0[b].qs));
+    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qx);
+    const float scale = io::f16_scale(d) * io::f16_scale(x.q8_0[b].d);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
+    correction += scale * static_cast<float>(8 * x.q8_0_sums[b]);
+  }
+  return detail::hsum(acc) - correction;
+}
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q4_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  float acc = 0;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = w + b * sizeof(io::block_q4_k);
+    std::uint16_t d, dmin;
+    std::memcpy(&d, blk, 2);
+    std::memcpy(&dmin, blk + 2, 2);
+    const auto* scales = reinterpret_cast<const std::uint8_t*>(blk + 4);
+    const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + 16);
+    const auto& a = x.q8_k[b];
+    __m256i sumi = _mm256_setzero_si256();
+    int summ = 0;
+    for (int j = 0; j < 4; ++j) {
+      std::uint8_t sc0, m0, sc1, m1;
+      io::k4_scale_min(2 * j, scales, sc0, m0);
+      io::k4_scale_min(2 * j + 1, scales, sc1, m1);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(q, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j + 32));
+      const __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x0);
+      const __m256i d1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, x1);
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_mullo_epi32(d0, _mm256_set1_epi32(sc0)),
+                                                     _mm256_mullo_epi32(d1, _mm256_set1_epi32(sc1))));
+      summ += m0 * (a.bsums[4 * j] + a.bsums[4 * j + 1]) + m1 * (a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
+    }
+    acc += a.d * (io::f16_scale(d) * static_cast<float>(detail::hsum_i32(sumi)) - io::f16_scale(dmin) * static_cast<float>(summ));
+  }
+  return acc;
+}
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  float acc = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
+    const std::uint8_t* ql = blk;
+    const std::uint8_t* qh = blk + 128;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(blk + 192);
+    std::uint16_t d;
+    std::memcpy(&d, blk + 208, 2);
+    const auto& a = x.q8_k[b];
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const int g = 8 * h + 2 * k;  // the two groups of 16 these 32 elements span
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 128 * h + 32 * k));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[k], xv);
+        const __m256i s = _mm256_setr_epi32(sc[g], sc[g], sc[g], sc[g], sc[g + 1], sc[g + 1], sc[g + 1], sc[g + 1]);
+        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, s));
+      }
+    }
+    int offset = 0;
+    for (int g = 0; g < 16; ++g) offset += sc[g] * a.bsums[g];
+    acc += a.d * io::f16_scale(d) * static_cast<float>(detail::hsum_i32(sumi) - 32 * offset);
+  }
+  return acc;
+}
+
+#endif  // ACCEL_SIMD_X86
+
+/// One weight row of `n` elements of type `t` at `w` times the quantized activation `x`, on the
+/// kernels of `Arch` (falling back to its parents). `t` must satisfy has_quantized_dot.
+template <class Arch>
+float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow& x) {
+  switch (t) {
+    case GgmlType::q8_0: return dot_q8_0(arch, n, w, x);
+    case GgmlType::q4_0: return dot_q4_0(arch, n, w, x);
+    case GgmlType::q4_k: return dot_q4_k(arch, n, w, x);
+    case GgmlType::q6_k: return dot_q6_k(arch, n, w, x);
+    default: break;
+  }
+  throw DTypeError("vec_dot: no integer kernel for " + std::string(io::ggml_type_name(t)));
+}
+
+}  // namespace accel::quant

@@ -1,0 +1,143 @@
+// A linear layer whose weight stays in ggml's blocks, and the matrix product it computes.
+//
+//   ggml_linear(x, packed, type, in, out, bias) -> y       y = x W^T + b, W as ggml blocks
+//   BasicGgmlLinear<P>(in, out, type, bias, dtype)         the layer: "weight" u8 [out, row bytes]
+//   gguf_linear_weight_shape(type, in, out)                 that packed shape
+//
+// The product quantizes each activation row once to the weight type's partner (quant/ggml_dot.hpp)
+// and runs the integer kernels for Q8_0, Q4_0, Q4_K and Q6_K; every other block type is dequantized
+// a tile of rows at a time and multiplied in float32. Output rows are split across the CPU threads,
+// each weight row read once for all activation rows (a small batch costs one pass over the
+// weights). x is float32, float16 or bfloat16; y has x's dtype. CPU only: a quantized layer on a
+// GPU is a DeviceError naming it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "accel/core/errors.hpp"
+#include "accel/core/parallel.hpp"
+#include "accel/core/simd_arch.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/ggml_dequantize.hpp"
+#include "accel/io/ggml_types.hpp"
+#include "accel/nn/basic_module.hpp"
+#include "accel/nn/init.hpp"
+#include "accel/quant/ggml_dot.hpp"
+
+namespace accel::quant {
+
+/// The packed weight of an `out` x `in` layer of `type`: u8 [out, bytes of a row of `in`].
+inline Shape gguf_linear_weight_shape(GgmlType type, std::int64_t in, std::int64_t out) {
+  return Shape{out, static_cast<std::int64_t>(io::ggml_row_nbytes(type, static_cast<std::uint64_t>(in)))};
+}
+
+/// y = x W^T (+ bias) for W of `type` packed as u8 [out, row bytes] (see the header comment).
+inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, std::int64_t in, std::int64_t out,
+                          const Tensor& bias = {}) {
+  const std::string op = "GGUF linear (" + std::string(io::ggml_type_name(type)) + ")";
+  if (!x.is_cpu() || !packed.is_cpu()) {
+    throw DeviceError(op + ": quantized layers compute on the CPU; the input is on " + x.device().str() +
+                      " and the weight on " + packed.device().str());
+  }
+  if (!is_floating_point(x.dtype())) throw DTypeError(op + ": the input is " + std::string(dtype_name(x.dtype())));
+  if (x.dim() < 1 || x.size(-1) != in) {
+    throw ShapeError(op + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
+  }
+  const Shape want = gguf_linear_weight_shape(type, in, out);
+  if (packed.dtype() != DType::u8 || packed.shape() != want) {
+    throw ShapeError(op + ": weight is " + std::string(dtype_name(packed.dtype())) + " " + packed.shape().str() +
+                     ", expected uint8 " + want.str());
+  }
+  const Tensor xf = x.to(DType::f32).contiguous();
+  const Tensor w = packed.contiguous();
+  const std::size_t rows = static_cast<std::size_t>(xf.numel() / in);
+  const std::size_t row_bytes = static_cast<std::size_t>(want[1]);
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out;
+  Tensor y = Tensor::empty(out_shape, DType::f32, Device::cpu());
+  const auto* xs = static_cast<const float*>(xf.data_ptr());
+  const auto* ws = static_cast<const std::byte*>(w.data_ptr());
+  auto* ys = static_cast<float*>(y.data_ptr());
+  const std::size_t n = static_cast<std::size_t>(in), m = static_cast<std::size_t>(out);
+
+  if (has_quantized_dot(type)) {
+    std::vector<ActivationRow> acts(rows);
+    for (std::size_t t = 0; t < rows; ++t) quantize_activation(type, xs + t * n, n, acts[t]);
+    simd::dispatch<quant_ladder>([&](auto arch) {
+      parallel_for(m, 16, [&](std::size_t b, std::size_t e) {
+        for (std::size_t r = b; r < e; ++r) {
+          const std::byte* wr = ws + r * row_bytes;
+          for (std::size_t t = 0; t < rows; ++t) ys[t * m + r] = vec_dot(arch, type, n, wr, acts[t]);
+        }
+      });
+    });
+  } else {
+    constexpr std::size_t tile = 8;
+    parallel_for((m + tile - 1) / tile, 1, [&](std::size_t b, std::size_t e) {
+      std::vector<float> wf(tile * n);
+      for (std::size_t c = b; c < e; ++c) {
+        const std::size_t r0 = c * tile, nr = std::min(tile, m - r0);
+        io::dequantize_row(type, ws + r0 * row_bytes, wf.data(), nr * n);
+        for (std::size_t t = 0; t < rows; ++t) {
+          for (std::size_t i = 0; i < nr; ++i) {
+            float s = 0;
+            for (std::size_t k = 0; k < n; ++k) s += wf[i * n + k] * xs[t * n + k];
+            ys[t * m + r0 + i] = s;
+          }
+        }
+      }
+    });
+  }
+  if (bias.defined()) {
+    const Tensor bf = bias.to(Device::cpu(), DType::f32).contiguous();
+    const auto* bs = static_cast<const float*>(bf.data_ptr());
+    for (std::size_t t = 0; t < rows; ++t) {
+      for (std::size_t r = 0; r < m; ++r) ys[t * m + r] += bs[r];
+    }
+  }
+  return x.dtype() == DType::f32 ? y : y.to(x.dtype());
+}
+
+/// Diffusers' GGUFLinear: a linear layer over a ggml-quantized weight (see the header comment).
+template <PolicyBundle P = default_policies>
+class BasicGgmlLinear : public nn::BasicModule<BasicGgmlLinear<P>, P> {
+  using Base = nn::BasicModule<BasicGgmlLinear<P>, P>;
+
+ public:
+  /// `bias_dtype` is the float dtype of the bias (when there is one).
+  BasicGgmlLinear(std::int64_t in_features, std::int64_t out_features, GgmlType type, bool bias = false,
+                  DType bias_dtype = DType::f32)
+      : Base("GGUFLinear"), in_(in_features), out_(out_features), type_(type) {
+    weight_ = &this->register_parameter(
+        "weight", nn::new_parameter_tensor(gguf_linear_weight_shape(type, in_features, out_features), DType::u8), false);
+    if (bias) bias_ = &this->register_parameter("bias", nn::new_parameter_tensor({out_features}, bias_dtype));
+  }
+  std::int64_t in_features() const noexcept { return in_; }
+  std::int64_t out_features() const noexcept { return out_; }
+  GgmlType quant_type() const noexcept { return type_; }
+  const Tensor& weight() const { return (*weight_)->data; }
+  Tensor bias() const { return bias_ ? (*bias_)->data : Tensor(); }
+
+  Tensor forward(const Tensor& x) override { return ggml_linear(x, weight(), type_, in_, out_, bias()); }
+
+  /// The float32 weight [out, in] the blocks stand for.
+  Tensor dequantized_weight() const {
+    const Tensor w = weight().to(Device::cpu()).contiguous();
+    return io::dequantize_ggml(type_, io::ByteSpan(static_cast<const std::byte*>(w.data_ptr()), w.nbytes()),
+                               Shape{out_, in_});
+  }
+
+ private:
+  std::int64_t in_, out_;
+  GgmlType type_;
+  nn::ParameterPtr* weight_ = nullptr;
+  nn::ParameterPtr* bias_ = nullptr;
+};
+
+using GgmlLinear = BasicGgmlLinear<>;
+
+}  // namespace accel::quant

@@ -1,0 +1,238 @@
+// Quantized products over ggml blocks: each integer kernel (portable and AVX-512 VNNI) against the
+// float dot product of the values the blocks stand for, on weights llama.cpp's own quantizer made
+// (the conformance files); ggml_linear against a float linear layer within the activations'
+// quantization error; the reference quantizers against ggml's definitions; and the GGUF backend:
+// layers swapped on meta, loaded as bytes, computing within bounds of the float model,
+// dequantize() giving the float model back exactly, the packed weights planned and offloaded.
+#include <catch2/catch.hpp>
+
+#include "../temp_dir.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "accel/dispatch/load_pretrained.hpp"
+#include "accel/io/checkpoint_files.hpp"
+#include "accel/io/ggml_dequantize.hpp"
+#include "accel/io/gguf.hpp"
+#include "accel/io/gguf_write.hpp"
+#include "accel/io/load_state_dict.hpp"
+#include "accel/models/generate.hpp"
+#include "accel/quant/ggml_dot.hpp"
+#include "accel/quant/ggml_linear.hpp"
+#include "accel/quant/ggml_quantize.hpp"
+#include "accel/quant/gguf_quantizer.hpp"
+
+namespace fs = std::filesystem;
+using namespace accel;
+using namespace accel::quant;
+
+namespace {
+
+const fs::path types_dir = fs::path(ACCEL_SHARED_DIR) / "conformance" / "gguf" / "valid" / "types";
+
+std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+/// The float values an activation row stands for after quantization.
+std::vector<float> activation_values(GgmlType t, const ActivationRow& a, std::size_t n) {
+  std::vector<float> v(n);
+  if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
+    for (std::size_t i = 0; i < n; ++i) v[i] = a.q8_k[i / 256].d * a.q8_k[i / 256].qs[i % 256];
+  } else {
+    for (std::size_t i = 0; i < n; ++i) v[i] = io::f16_scale(a.q8_0[i / 32].d) * a.q8_0[i / 32].qs[i % 32];
+  }
+  return v;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+
+/// The test model as a GGUF file whose 2-D block weights are `type` (Q8_0 or Q4_0, ggml's
+/// reference quantizers), and the same model with those weights dequantized, as F32.
+void write_quantized_gguf(const std::string& name, GgmlType type, const std::string& quantized, const std::string& dequantized) {
+  const auto config = nlohmann::json::parse(std::ifstream(model_dir(name) / "config.json"));
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const auto& [k, t] : io::load_state_dict(io::resolve_checkpoint_folder(model_dir(name)).path.string())) weights.emplace_back(k, t);
+  const std::string f32_path = quantized + ".f32";
+  io::save_gguf_model(f32_path, config, weights);
+  const auto f32 = io::GgufFile::open(f32_path);
+  io::GgufWriter q, d;
+  for (const auto& [k, v] : f32.header().metadata) q.add(k, v), d.add(k, v);
+  for (const auto& t : f32.tensors()) {
+    const Tensor v = f32.tensor(t.name).contiguous();
+    if (!(t.name.starts_with("blk.") && t.ne.size() == 2 && t.ne[0] % 32 == 0)) {
+      q.add_tensor(t.name, v), d.add_tensor(t.name, v);
+      continue;
+    }
+    const std::size_t n = static_cast<std::size_t>(v.numel());
+    std::string bytes(io::ggml_row_nbytes(type, t.ne[0]) * t.ne[1], '\0');
+    const auto* x = static_cast<const float*>(v.data_ptr());
+    if (type == GgmlType::q8_0) quantize_row_q8_0(x, reinterpret_cast<io::block_q8_0*>(bytes.data()), n);
+    else quantize_row_q4_0(x, reinterpret_cast<io::block_q4_0*>(bytes.data()), n);
+    d.add_tensor(t.name, io::dequantize_ggml(type, io::as_bytes(bytes), v.shape()));
+    q.add_tensor_bytes(t.name, type, t.ne, std::move(bytes));
+  }
+  q.save(quantized);
+  d.save(dequantized);
+}
+
+Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{3, 1, 4, 1, 5, 9}, Shape{1, 6}); }
+
+}  // namespace
+
+TEST_CASE("quantized dot products equal the float dot of the values the blocks stand for", "[quant][ggml]") {
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+    const std::string tname(io::ggml_type_name(type));
+    INFO(tname);
+    // lq.2: [4096, 2], two rows that llama-quantize made.
+    const auto f = io::GgufFile::open((types_dir / (tname + ".gguf")).string());
+    const auto& info = f.info("lq.2");
+    REQUIRE(info.ne == std::vector<std::uint64_t>{4096, 2});
+    const Tensor wf = io::dequantize(f, "lq.2");
+    const std::size_t n = 4096, row_bytes = io::ggml_row_nbytes(type, n);
+    const auto x = random_floats(n, 7);
+    ActivationRow a;
+    quantize_activation(type, x.data(), n, a);
+    const auto xv = activation_values(type, a, n);
+    for (std::size_t r = 0; r < 2; ++r) {
+      double want = 0;
+      const auto* w = static_cast<const float*>(wf.data_ptr()) + r * n;
+      for (std::size_t i = 0; i < n; ++i) want += double(w[i]) * xv[i];
+      const std::byte* wr = f.bytes(info).data() + r * row_bytes;
+      const float portable = vec_dot(simd::scalar{}, type, n, wr, a);
+      CHECK(portable == Approx(want).epsilon(1e-5).margin(1e-4));
+      if (simd::avx512_vnni::available()) {
+        CHECK(vec_dot(simd::avx512_vnni{}, type, n, wr, a) == Approx(want).epsilon(1e-5).margin(1e-4));
+      } else {
+        WARN("no AVX-512 VNNI on this CPU: only the portable kernels ran");
+      }
+    }
+  }
+}
+
+TEST_CASE("ggml_linear matches a float linear layer within the activations' quantization error", "[quant][ggml]") {
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q5_k,
+                          GgmlType::q3_k, GgmlType::iq4_xs}) {
+    const std::string tname(io::ggml_type_name(type));
+    INFO(tname);
+    const auto f = io::GgufFile::open((types_dir / (tname + ".gguf")).string());
+    const auto& info = f.info("lq.2");
+    const Tensor packed = Tensor::from_storage(f.mapped_file()->region(info.file_offset, info.nbytes), DType::u8,
+                                               gguf_linear_weight_shape(type, 4096, 2));
+    const Tensor w = io::dequantize(f, "lq.2");  // [2, 4096]
+    const auto xs = random_floats(3 * 4096, 11);
+    const Tensor x = Tensor::from_vector(xs, Shape{3, 4096});
+    const Tensor bias = Tensor::from_vector(std::vector<float>{0.5f, -1.0f}, Shape{2});
+    const Tensor y = ggml_linear(x, packed, type, 4096, 2, bias);
+    REQUIRE(y.shape() == Shape{3, 2});
+    const Tensor ref = ops::linear(x, w, bias);
+    // Q8 activations: each value off by at most half a step of max|x| / 127.
+    CHECK(rel_err(y.to_vector<float>(), ref.to_vector<float>()) < 0.02);
+    // bfloat16 in, bfloat16 out.
+    CHECK(ggml_linear(x.to(DType::bf16), packed, type, 4096, 2).dtype() == DType::bf16);
+  }
+  const Tensor bad = Tensor::zeros(Shape{2, 100}, DType::u8);
+  CHECK_THROWS_AS(ggml_linear(Tensor::zeros(Shape{1, 4096}), bad, GgmlType::q8_0, 4096, 2), ShapeError);
+  CHECK_THROWS_AS(ggml_linear(Tensor::zeros(Shape{1, 64}), bad, GgmlType::q8_0, 4096, 2), ShapeError);
+}
+
+TEST_CASE("the reference quantizers follow ggml's definitions", "[quant][ggml]") {
+  const auto x = random_floats(256, 3, 2.0f);
+  std::vector<io::block_q8_0> q8(8);
+  quantize_row_q8_0(x.data(), q8.data(), 256);
+  std::vector<io::block_q4_0> q4(8);
+  quantize_row_q4_0(x.data(), q4.data(), 256);
+  for (std::size_t b = 0; b < 8; ++b) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j) {
+      if (std::fabs(x[32 * b + j]) > amax) amax = std::fabs(x[32 * b + j]), max = x[32 * b + j];
+    }
+    CHECK(io::f16_scale(q8[b].d) == float(half(amax / 127.0f)));
+    CHECK(io::f16_scale(q4[b].d) == float(half(max / -8.0f)));
+    for (int j = 0; j < 32; ++j) {
+      const float v8 = io::f16_scale(q8[b].d) * q8[b].qs[j];
+      CHECK(std::fabs(v8 - x[32 * b + j]) <= 0.51f * amax / 127.0f + 1e-3f * amax);
+    }
+  }
+  // The values of the largest magnitude land on -8 (Q4_0) and +-127 (Q8_0).
+  std::vector<float> one(32, 0.0f);
+  one[5] = -3.0f;
+  io::block_q4_0 b4;
+  quantize_row_q4_0(one.data(), &b4, 32);
+  CHECK((b4.qs[5] & 0x0F) == 0);  // -3 / (3/8) + 8 = 0
+  io::block_q8_0 b8;
+  quantize_row_q8_0(one.data(), &b8, 32);
+  CHECK(b8.qs[5] == -127);
+}
+
+TEST_CASE("GgufQuantizer keeps GGUF blocks: swapped layers, planned packed, within bounds of the float model",
+          "[quant][gguf]") {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2"}) {
+    for (const auto type : {GgmlType::q8_0, GgmlType::q4_0}) {
+      INFO(name << " " << io::ggml_type_name(type));
+      accel_test::TempDir dir;
+      write_quantized_gguf(name, type, dir.file("q.gguf"), dir.file("deq.gguf"));
+      auto ref = dispatch::load_pretrained_causal_lm(dir.file("deq.gguf"), {.show_progress = false});
+      const Tensor ref_logits = ref.model->logits(prompt());
+
+      GgufQuantizer q({.compute_dtype = DType::f32});
+      auto p = dispatch::load_pretrained_causal_lm(dir.file("q.gguf"), {.show_progress = false, .quantizer = q});
+      std::size_t swapped = 0, packed_bytes = 0;
+      for (const auto& [n, m] : p.model->module().named_modules()) {
+        if (auto* g = dynamic_cast<GgmlLinear*>(m)) {
+          ++swapped;
+          CHECK(g->quant_type() == type);
+          CHECK(g->weight().dtype() == DType::u8);
+          CHECK(g->weight().is_cpu());
+          packed_bytes += g->weight().nbytes();
+        }
+      }
+      CHECK(swapped >= 2);  // the weights whose rows are whole Q8_0 / Q4_0 blocks
+      const Tensor logits = p.model->logits(prompt());
+      // Documented bound: the Q8_0-quantized activations keep the logits within 5% (RMS).
+      CHECK(rel_err(logits.to_vector<float>(), ref_logits.to_vector<float>()) < 0.05);
+
+      // Half the packed bytes on disk: the offloaded blocks travel as bytes and compute the same.
+      MaxMemory half;
+      half.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(packed_bytes / 2)));
+      auto placed = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+          dir.file("q.gguf"), {.show_progress = false, .device_map = std::string("auto"), .max_memory = half, .quantizer = q});
+      bool disk = false;
+      for (const auto& [k, where] : *placed.device_map) disk |= where.is_disk();
+      CHECK(disk);
+      CHECK(placed.model->logits(prompt()).to_vector<float>() == logits.to_vector<float>());
+
+      // dequantize(): float layers of exactly the dequantized values.
+      q.dequantize(p.model->module());
+      for (const auto& [n, m] : p.model->module().named_modules()) CHECK_FALSE(dynamic_cast<GgmlLinear*>(m));
+      CHECK(p.model->logits(prompt()).to_vector<float>() == ref_logits.to_vector<float>());
+    }
+  }
+}
+
+TEST_CASE("GGUFQuantizationConfig reads and writes Diffusers' JSON", "[quant][gguf]") {
+  const GGUFQuantizationConfig c{.compute_dtype = DType::f16};
+  CHECK(c.to_json() == nlohmann::json{{"quant_method", "gguf"}, {"compute_dtype", "float16"}});
+  CHECK(GGUFQuantizationConfig::from_json(c.to_json()).compute_dtype == DType::f16);
+  CHECK(GGUFQuantizationConfig::from_json({{"quant_method", "gguf"}}).compute_dtype == DType::bf16);
+  CHECK_THROWS_AS(GGUFQuantizationConfig::from_json({{"quant_method", "bitsandbytes"}}), ValueError);
+  CHECK_THROWS_AS(GGUFQuantizationConfig::from_json({{"quant_method", "gguf"}, {"compute_dtype", "int8"}}), ValueError);
+}
