@@ -2,7 +2,8 @@
 // exactly what accel (and so Accelerate / torch) produce:
 //
 //   make_seeds <out-dir>     -> <out-dir>/{fuzz_safetensors_header,fuzz_sharded_index,
-//                                          fuzz_offload_index,fuzz_torch_bin,fuzz_torch_pickle}/seed-*
+//                                          fuzz_offload_index,fuzz_torch_bin,fuzz_torch_pickle,
+//                                          fuzz_gguf}/seed-*
 //
 // Seeds stay small (a few hundred bytes to a few KB): libFuzzer mutates small inputs faster,
 // and every format feature is reachable with a handful of elements.
@@ -20,6 +21,9 @@
 
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
+#include "accel/io/ggml_types.hpp"
+#include "accel/io/gguf.hpp"
+#include "accel/io/gguf_write.hpp"
 #include "accel/io/offload.hpp"
 #include "accel/io/safetensors_write.hpp"
 #include "accel/io/sharded_index.hpp"
@@ -165,6 +169,138 @@ void torch_pickle_seeds(const fs::path& dir, const fs::path& tmp) {
   }
 }
 
+// Fixed bytes that stand in for a GGUF tensor's data: every bit pattern is a valid block, and
+// the block scales are then arbitrary f16 values, infinities and NaNs included.
+std::string gguf_bytes(accel::io::GgmlType t, const std::vector<std::uint64_t>& ne) {
+  std::uint64_t numel = 1;
+  for (const auto e : ne) numel *= e;
+  const std::uint64_t ne0 = ne.empty() ? 1 : ne[0];
+  std::string b(ne0 == 0 ? 0 : accel::io::ggml_row_nbytes(t, ne0) * (numel / ne0), '\0');
+  std::uint64_t state = 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(t);
+  for (auto& c : b) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<char>(state >> 56);
+  }
+  return b;
+}
+
+void gguf_seeds(const fs::path& dir, const fs::path& tmp) {
+  using accel::io::GgmlType;
+  using accel::io::GgufValue;
+  using accel::io::GgufWriter;
+  using T = accel::io::GgufValueType;
+  const auto write = [&](const std::string& name, const GgufWriter& w) {
+    const fs::path f = tmp / (name + ".gguf");
+    w.save(f.string());
+    return accel::read_small_file(f.string());
+  };
+  const auto add = [](GgufWriter& w, const std::string& name, GgmlType t, std::vector<std::uint64_t> ne) {
+    std::string bytes = gguf_bytes(t, ne);
+    w.add_tensor_bytes(name, t, std::move(ne), std::move(bytes));
+  };
+
+  put(dir / "seed-empty", write("empty", GgufWriter()));
+
+  // Every value type; arrays of scalars, of strings, of arrays, and an empty one.
+  {
+    GgufWriter w(16);
+    w.add("general.architecture", accel::io::gguf_string("llama"));
+    w.add("general.name", accel::io::gguf_string("caf\xc3\xa9"));
+    w.add("u8", GgufValue{T::uint8, std::uint64_t{200}});
+    w.add("i8", GgufValue{T::int8, std::int64_t{-128}});
+    w.add("u16", GgufValue{T::uint16, std::uint64_t{0xFFFF}});
+    w.add("i16", GgufValue{T::int16, std::int64_t{-32768}});
+    w.add("llama.context_length", accel::io::gguf_u32(4096));
+    w.add("i32", GgufValue{T::int32, std::int64_t{-2}});
+    w.add("llama.rope.freq_base", accel::io::gguf_f32(10000.0f));
+    w.add("b", accel::io::gguf_bool(true));
+    w.add("u64", GgufValue{T::uint64, std::uint64_t{0xFFFFFFFFFFFFFFFFull}});
+    w.add("i64", GgufValue{T::int64, std::int64_t{INT64_MIN}});
+    w.add("f64", GgufValue{T::float64, 0.1});
+    std::vector<GgufValue> types, tokens;
+    for (std::uint64_t i = 0; i < 4; ++i) types.push_back({T::uint8, i * 60});
+    for (const char* s : {"<s>", "</s>", "\xe2\x96\x81the", ""}) tokens.push_back(accel::io::gguf_string(s));
+    const GgufValue pair = accel::io::gguf_array(T::int32, {{T::int32, std::int64_t{-1}}, {T::int32, std::int64_t{7}}});
+    w.add("tokenizer.ggml.token_type", accel::io::gguf_array(T::uint8, types));
+    w.add("tokenizer.ggml.tokens", accel::io::gguf_array(T::string, tokens));
+    w.add("nested", accel::io::gguf_array(T::array, {pair, pair}));
+    w.add("none", accel::io::gguf_array(T::float32, {}));
+    add(w, "w", GgmlType::f32, {4});
+    put(dir / "seed-metadata", write("metadata", w));
+  }
+
+  // Plain types, up to four dimensions and none at all; once more as version 2, whose layout is
+  // version 3's (the writer writes only 3).
+  {
+    GgufWriter w;
+    add(w, "f32", GgmlType::f32, {4, 2});
+    add(w, "f16", GgmlType::f16, {8});
+    add(w, "bf16", GgmlType::bf16, {2, 2, 2});
+    add(w, "f64", GgmlType::f64, {3});
+    add(w, "i8", GgmlType::i8, {5});
+    add(w, "i16", GgmlType::i16, {2});
+    add(w, "i32", GgmlType::i32, {3, 1, 1, 1});
+    add(w, "i64", GgmlType::i64, {2});
+    add(w, "scalar", GgmlType::f32, {});
+    std::string bytes = write("plain", w);
+    put(dir / "seed-plain", bytes);
+    bytes[4] = '\2';
+    put(dir / "seed-plain-v2", bytes);
+  }
+
+  // One or two blocks of each block type accel dequantizes, then the lattice types it does not.
+  {
+    GgufWriter w;
+    add(w, "q4_0", GgmlType::q4_0, {32, 2});
+    add(w, "q4_1", GgmlType::q4_1, {32});
+    add(w, "q5_0", GgmlType::q5_0, {32});
+    add(w, "q5_1", GgmlType::q5_1, {32});
+    add(w, "q8_0", GgmlType::q8_0, {64});
+    add(w, "q8_1", GgmlType::q8_1, {32});
+    add(w, "iq4_nl", GgmlType::iq4_nl, {32});
+    put(dir / "seed-quant-32", write("quant-32", w));
+  }
+  {
+    GgufWriter w(64);
+    for (const auto t : {GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
+                         GgmlType::q8_k, GgmlType::iq4_xs, GgmlType::tq1_0, GgmlType::tq2_0}) {
+      add(w, std::string(accel::io::ggml_type_name(t)), t, {256});
+    }
+    put(dir / "seed-quant-256", write("quant-256", w));
+  }
+  {
+    GgufWriter w;
+    for (const auto t : {GgmlType::iq2_xxs, GgmlType::iq2_xs, GgmlType::iq3_xxs, GgmlType::iq1_s, GgmlType::iq3_s,
+                         GgmlType::iq2_s, GgmlType::iq1_m}) {
+      add(w, std::string(accel::io::ggml_type_name(t)), t, {256});
+    }
+    put(dir / "seed-lattice", write("lattice", w));
+  }
+
+  // What ggml refuses and accel accepts: alignment 1 (elements at odd addresses), an empty name,
+  // a 64-byte name, zero extents, and tensors over the same bytes. With alignment 1 the data
+  // section starts right after the last tensor info, whose final 8 bytes are its offset: moving
+  // that offset to 1 lays the last tensor over the first ones.
+  {
+    GgufWriter w(1);
+    add(w, "i8", GgmlType::i8, {3});
+    add(w, "odd", GgmlType::f32, {3});
+    add(w, "", GgmlType::f16, {4});
+    add(w, std::string(64, 'n'), GgmlType::q4_0, {32});
+    add(w, "d", GgmlType::f64, {1, 2});
+    add(w, "zero", GgmlType::q6_k, {0, 7});
+    add(w, "rows0", GgmlType::bf16, {4, 0});
+    add(w, "alias", GgmlType::i64, {1});
+    std::string bytes = write("layout", w);
+    const auto h = accel::io::parse_gguf(accel::io::as_bytes(bytes), "layout");
+    const auto at = static_cast<std::size_t>(h.data_offset) - 8;
+    std::string one;
+    accel::io::store_le<std::uint64_t>(one, 1);
+    bytes.replace(at, 8, one);
+    put(dir / "seed-layout", bytes);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,7 +312,7 @@ int main(int argc, char** argv) {
   const fs::path tmp = fs::temp_directory_path() / ("accel-make-seeds-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   for (const char* t : {"fuzz_safetensors_header", "fuzz_sharded_index", "fuzz_offload_index", "fuzz_torch_bin",
-                        "fuzz_torch_pickle"}) {
+                        "fuzz_torch_pickle", "fuzz_gguf"}) {
     fs::create_directories(out / t);
   }
   safetensors_seeds(out / "fuzz_safetensors_header", tmp);
@@ -184,6 +320,7 @@ int main(int argc, char** argv) {
   offload_index_seeds(out / "fuzz_offload_index", tmp);
   torch_bin_seeds(out / "fuzz_torch_bin", tmp);
   torch_pickle_seeds(out / "fuzz_torch_pickle", tmp);
+  gguf_seeds(out / "fuzz_gguf", tmp);
   fs::remove_all(tmp);
   // A seed the parser rejects would start the fuzzer off the format: check them all. (The
   // regress-* inputs beside them are past crashes, rejected on purpose; the pickle seeds were
@@ -197,6 +334,7 @@ int main(int argc, char** argv) {
     if (target == "fuzz_sharded_index") (void)accel::io::parse_sharded_index(bytes, name);
     if (target == "fuzz_offload_index") (void)accel::io::parse_offload_index(bytes, name);
     if (target == "fuzz_torch_bin") (void)accel::io::parse_torch_bin(accel::io::as_bytes(bytes), name);
+    if (target == "fuzz_gguf") (void)accel::io::parse_gguf(accel::io::as_bytes(bytes), name);
   }
   return 0;
 }

@@ -114,6 +114,11 @@ if(TARGET accel_cli)
              COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_run.py ${group} $<TARGET_FILE:accel_cli>
                      ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_run_${group})
   endforeach()
+  # `accel run` on GGUF files the checker converts itself from the reference folders (llama.cpp's
+  # names, q/k row order and transposes): transformers' greedy tokens (check_run_gguf.py).
+  add_test(NAME cli_run_gguf
+           COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_run_gguf.py $<TARGET_FILE:accel_cli>
+                   ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_run_gguf)
   # `accel run` without a model (check_default_model.py), in a temporary XDG_CACHE_HOME: a 2-layer
   # model of the default's vocabulary (its files, its tokenizer against the checker's own BPE, the
   # cache reused, damaged folders written again, the demo's CPU + disk plan, token check, text,
