@@ -55,6 +55,7 @@
 #include "accel/plan/module_sizes.hpp"
 #include "accel/plan/runtime_reserve.hpp"
 #include "accel/models/generate.hpp"
+#include "accel/io/gguf_tokenizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
 #include "accel/tokenize/tokenizer.hpp"
 #include "cli_command.hpp"
@@ -294,7 +295,16 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   std::optional<tokenize::Tokenizer> tok;
   const auto tok_path = req.model_dir / "tokenizer.json";
   std::error_code ec;
-  if (std::filesystem::is_regular_file(tok_path, ec)) tok = tokenize::Tokenizer::from_file(tok_path.string());
+  if (dispatch::is_gguf_model(req.model_dir)) {
+    // A GGUF file carries its tokenizer in its metadata (io/gguf_tokenizer.hpp), when it has one.
+    const auto f = io::GgufFile::open(req.model_dir.string());
+    if (io::has_gguf_tokenizer(f)) tok = io::gguf_tokenizer(f);
+    if (req.prompt && !tok) {
+      throw IOError(req.model_dir.string() + ": no tokenizer in its metadata (--prompt needs one; give --ids instead)");
+    }
+  } else if (std::filesystem::is_regular_file(tok_path, ec)) {
+    tok = tokenize::Tokenizer::from_file(tok_path.string());
+  }
   if (req.prompt && !tok) {
     throw IOError((req.model_dir / "tokenizer.json").string() + ": not found (--prompt needs the model's tokenizer; "
                   "give --ids instead)");

@@ -33,6 +33,11 @@
 #include "accel/io/checkpoint_format.hpp"
 #include "accel/io/confined_path.hpp"
 #include "accel/io/file_names.hpp"
+#include "accel/io/ggml_dequantize.hpp"
+#include "accel/io/gguf.hpp"
+#include "accel/io/gguf_model.hpp"
+#include "accel/io/gguf_tokenizer.hpp"
+#include "accel/io/gguf_write.hpp"
 #include "accel/io/inspect.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/offload.hpp"
@@ -58,6 +63,9 @@
 #include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
+#include "accel/dispatch/quantizer.hpp"
+#include "accel/quant/quant.hpp"
+#include "accel/dist/dist.hpp"
 
 #if defined(ACCEL_WITH_CUDA)
 #include "accel/backend/cuda/runtime.hpp"

@@ -1,4 +1,4 @@
-// Distributed tags: the DistributedMode and CommBackend they stand for, and Accelerate's spelling.
+// Distributed tags: the DistributedType and CommBackend they stand for, and Accelerate's spelling.
 #include <catch2/catch.hpp>
 
 #include <type_traits>
@@ -7,14 +7,16 @@
 
 using namespace accel::policy;
 
-TEST_CASE("distributed tags carry a DistributedMode id spelled as Accelerate's config does",
+TEST_CASE("distributed tags carry a DistributedType id spelled as Accelerate's config does",
           "[policy][distributed]") {
-  STATIC_REQUIRE(no_dist::id == DistributedMode::no);
-  STATIC_REQUIRE(multi_cpu<>::id == DistributedMode::multi_cpu);
-  STATIC_REQUIRE(multi_gpu<>::id == DistributedMode::multi_gpu);
+  STATIC_REQUIRE(no_dist::id == DistributedType::no);
+  STATIC_REQUIRE(multi_cpu<>::id == DistributedType::multi_cpu);
+  STATIC_REQUIRE(multi_gpu<>::id == DistributedType::multi_gpu);
   REQUIRE(no_dist::distributed_type == "NO");
   REQUIRE(multi_cpu<mpi>::distributed_type == "MULTI_CPU");
   REQUIRE(multi_gpu<nccl>::distributed_type == "MULTI_GPU");
+  REQUIRE(to_string(DistributedType::megatron_lm) == "MEGATRON_LM");
+  REQUIRE(std::size(distributed_type_names) == 14);
 }
 
 TEST_CASE("each communicating tag names its library, MPI for CPUs and NCCL for GPUs", "[policy][distributed]") {

@@ -30,6 +30,11 @@ TEST_CASE("enums parse and print Accelerate's values", "[utils]") {
   CHECK(utils::to_string(accel::DistributedType::multi_gpu) == "MULTI_GPU");
   CHECK(utils::to_string(accel::DistributedType::megatron_lm) == "MEGATRON_LM");
   CHECK(accel::enum_from_string<accel::DistributedType>("MULTI_CPU") == accel::DistributedType::multi_cpu);
+  // One enum: the policy tags carry the very values utils parses from a config file.
+  STATIC_REQUIRE(std::is_same_v<accel::DistributedType, accel::policy::DistributedType>);
+  CHECK(accel::enum_from_string<accel::DistributedType>(accel::policy::multi_gpu<>::distributed_type) ==
+        accel::policy::multi_gpu<>::id);
+  CHECK(accel::enum_from_string<accel::DistributedType>("multi_neuron") == accel::DistributedType::multi_neuron);
   CHECK(accel::enum_from_string<accel::PrecisionType>("BF16") == accel::PrecisionType::bf16);  // case-insensitive fallback
   CHECK(accel::enum_from_string<accel::DynamoBackend>("inductor") == accel::DynamoBackend::inductor);
   CHECK(utils::to_string(accel::LoggerType::comet_ml) == "comet_ml");

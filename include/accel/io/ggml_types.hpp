@@ -117,9 +117,12 @@ constexpr const GgmlTypeInfo* find_ggml_type(std::uint32_t id) noexcept {
   return nullptr;
 }
 
-/// The row of `t`.
+/// The row of `t`. (A loop over references, not find_ggml_type: comparing pointers with null is
+/// not a constant expression under UBSan's instrumentation, and the block checks are static.)
 constexpr const GgmlTypeInfo& ggml_type_info(GgmlType t) {
-  if (const auto* row = find_ggml_type(static_cast<std::uint32_t>(t))) return *row;
+  for (const auto& row : ggml_type_table) {
+    if (row.type == t) return row;
+  }
   throw DTypeError("invalid GgmlType value " + std::to_string(static_cast<std::uint32_t>(t)));
 }
 

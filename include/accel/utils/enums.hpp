@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "accel/core/errors.hpp"
+#include "accel/policy/distributed.hpp"
 
 namespace accel::utils {
 
@@ -26,23 +27,9 @@ enum class ComputeEnvironment : std::uint8_t {
   amazon_sagemaker,  ///< SageMaker: no C++ meaning; kept so config files parse.
 };
 
-/// The kind of distributed run.
-enum class DistributedType : std::uint8_t {
-  no,           ///< one process
-  multi_cpu,    ///< several CPU processes over MPI (dist layer, multi_cpu<mpi>)
-  multi_gpu,    ///< several GPUs over NCCL (dist layer, multi_gpu<nccl>)
-  multi_npu,    ///< Ascend NPU: no C++ meaning here.
-  multi_mlu,    ///< Cambricon MLU: no C++ meaning here.
-  multi_sdaa,   ///< SDAA: no C++ meaning here.
-  multi_musa,   ///< Moore Threads MUSA: no C++ meaning here.
-  multi_xpu,    ///< Intel XPU: no C++ meaning here.
-  deepspeed,    ///< DeepSpeed is a Python engine: no C++ meaning here.
-  fsdp,         ///< PyTorch FSDP: no C++ meaning here.
-  xla,          ///< XLA / TPU: no C++ meaning here.
-  megatron_lm,  ///< Megatron-LM is a Python engine: no C++ meaning here.
-  multi_hpu,    ///< Gaudi HPU: no C++ meaning here.
-  multi_neuron,  ///< AWS Neuron: no C++ meaning here.
-};
+/// The kind of distributed run: the policy layer's enum (policy/distributed.hpp), which the
+/// distributed tags carry and the dist layer reports; utils adds its parsing and JSON.
+using DistributedType = policy::DistributedType;
 
 /// torch.compile backends: no C++ meaning (there is no graph compiler); kept for config files.
 enum class DynamoBackend : std::uint8_t {
@@ -105,8 +92,6 @@ struct enum_table;
     static constexpr std::string_view values[] = {__VA_ARGS__};                    \
   };
 ACCEL_ENUM_TABLE(ComputeEnvironment, "LOCAL_MACHINE", "AMAZON_SAGEMAKER")
-ACCEL_ENUM_TABLE(DistributedType, "NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
-                 "MULTI_MUSA", "MULTI_XPU", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM", "MULTI_HPU", "MULTI_NEURON")
 ACCEL_ENUM_TABLE(DynamoBackend, "NO", "EAGER", "AOT_EAGER", "INDUCTOR", "AOT_TS_NVFUSER", "NVPRIMS_NVFUSER",
                  "CUDAGRAPHS", "OFI", "FX2TRT", "ONNXRT", "TENSORRT", "AOT_TORCHXLA_TRACE_ONCE",
                  "TORCHXLA_TRACE_ONCE", "TVM", "HPU_BACKEND", "NEURON")
@@ -119,6 +104,13 @@ ACCEL_ENUM_TABLE(SageMakerDistributedType, "NO", "DATA_PARALLEL", "MODEL_PARALLE
 ACCEL_ENUM_TABLE(DDPCommunicationHookType, "no", "fp16", "bf16", "power_sgd", "batched_power_sgd")
 ACCEL_ENUM_TABLE(FP8BackendType, "NO", "TE", "MSAMP", "AO")
 #undef ACCEL_ENUM_TABLE
+
+// DistributedType's values are the policy layer's table, so the two spellings cannot drift apart.
+template <>
+struct enum_table<DistributedType> {
+  static constexpr std::string_view name = "DistributedType";
+  static constexpr const auto& values = policy::distributed_type_names;
+};
 
 template <class E>
 concept AccelerateEnum = requires { enum_table<E>::values; };

@@ -51,17 +51,20 @@
 #include <vector>
 
 #include "accel/core/device_backend.hpp"
+#include "accel/core/env.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/dist/launch_environment.hpp"
 
 extern char** environ;
 
 namespace accel::utils {
 
-/// The value of `key`, or nullopt when unset.
-inline std::optional<std::string> get_env(const std::string& key) {
-  const char* v = std::getenv(key.c_str());
-  return v ? std::optional<std::string>(v) : std::nullopt;
-}
+// get_env, str_to_bool, parse_flag_from_env and get_int_from_env live in core/env.hpp, so that
+// layers below utils (dist reads its launcher's variables) share them; they are utils' names too.
+using accel::get_env;
+using accel::get_int_from_env;
+using accel::parse_flag_from_env;
+using accel::str_to_bool;
 
 namespace detail {
 inline void set_or_unset(const std::string& key, const std::optional<std::string>& value) {
@@ -242,79 +245,10 @@ class PurgeAccelerateEnvironment {
 /// purge_accelerate_environment decorator, as a scope).
 [[nodiscard]] inline PurgeAccelerateEnvironment purge_accelerate_environment() { return PurgeAccelerateEnvironment(); }
 
-/// Accelerate's str_to_bool: y/yes/t/true/on/1 -> true, n/no/f/false/off/0 -> false (any case);
-/// anything else is a ValueError.
-inline bool str_to_bool(std::string_view value) {
-  std::string v(value);
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* t : {"y", "yes", "t", "true", "on", "1"}) {
-    if (v == t) return true;
-  }
-  for (const char* f : {"n", "no", "f", "false", "off", "0"}) {
-    if (v == f) return false;
-  }
-  throw ValueError("invalid truth value '" + std::string(value) + "'; expected y/yes/t/true/on/1 or n/no/f/false/off/0");
-}
-
-/// The boolean flag `key`, or `default_value` when unset.
-inline bool parse_flag_from_env(const std::string& key, bool default_value = false) {
-  const auto v = get_env(key);
-  return v ? str_to_bool(*v) : default_value;
-}
-
 /// The value of `key`, or `default_value` when unset (Accelerate's parse_choice_from_env).
 inline std::string parse_choice_from_env(const std::string& key, std::string default_value = "no") {
   auto v = get_env(key);
   return v ? std::move(*v) : std::move(default_value);
-}
-
-namespace detail {
-/// Python's int(text): surrounding whitespace, an optional sign, decimal digits with single
-/// underscores between them. ValueError otherwise, or beyond int64.
-inline std::int64_t parse_python_int(const std::string& key, std::string_view text) {
-  auto bad = [&](const char* why) {
-    return ValueError("environment variable " + key + "='" + std::string(text) + "' is not an integer (" + why + ")");
-  };
-  std::string_view t = text;
-  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; };
-  while (!t.empty() && space(t.front())) t.remove_prefix(1);
-  while (!t.empty() && space(t.back())) t.remove_suffix(1);
-  std::string digits;
-  bool negative = false;
-  if (!t.empty() && (t.front() == '+' || t.front() == '-')) {
-    negative = t.front() == '-';
-    t.remove_prefix(1);
-  }
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    const char c = t[i];
-    if (c >= '0' && c <= '9') {
-      digits += c;
-    } else if (c == '_' && i > 0 && i + 1 < t.size() && t[i - 1] != '_' && t[i + 1] >= '0' && t[i + 1] <= '9') {
-      continue;
-    } else {
-      throw bad("unexpected character");
-    }
-  }
-  if (digits.empty()) throw bad("no digits");
-  if (negative) digits.insert(digits.begin(), '-');
-  std::int64_t v = 0;
-  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (r.ec == std::errc::result_out_of_range) throw bad("out of the int64 range");
-  return v;
-}
-}  // namespace detail
-
-/// The first of `keys` that is set to a value >= 0, else `default_value` (negative values are
-/// skipped, as Accelerate reads -1 as unset). ValueError for a value that is not an integer.
-inline std::int64_t get_int_from_env(std::initializer_list<std::string_view> keys, std::int64_t default_value) {
-  for (const std::string_view k : keys) {
-    const std::string key(k);
-    const auto v = get_env(key);
-    if (!v) continue;
-    const std::int64_t i = detail::parse_python_int(key, *v);
-    if (i >= 0) return i;
-  }
-  return default_value;
 }
 
 /// Where this process sits among the CPU processes of a distributed run (Accelerate's
@@ -330,13 +264,12 @@ struct CPUInformation {
 /// Reads CPUInformation from the environment: RANK / PMI_RANK / OMPI_COMM_WORLD_RANK /
 /// MV2_COMM_WORLD_RANK and the matching size, local rank and local size variables.
 inline CPUInformation get_cpu_distributed_information() {
+  // The variable lists are the dist layer's, which reads the same launchers.
   CPUInformation info;
-  info.rank = get_int_from_env({"RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"}, 0);
-  info.world_size = get_int_from_env({"WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"}, 1);
-  info.local_rank =
-      get_int_from_env({"LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK"}, 0);
-  info.local_world_size = get_int_from_env(
-      {"LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE"}, 1);
+  info.rank = dist::detail::first_int(dist::rank_variables, 0);
+  info.world_size = dist::detail::first_int(dist::world_size_variables, 1);
+  info.local_rank = dist::detail::first_int(dist::local_rank_variables, 0);
+  info.local_world_size = dist::detail::first_int(dist::local_world_size_variables, 1);
   return info;
 }
 

@@ -22,7 +22,8 @@
 // - set_seed(seed) with deterministic = false turns deterministic algorithms off again: the flag
 //   is the library's own and set_seed is its only switch. Accelerate only ever switches torch's on.
 // - synchronize_rng_state in one process checks its arguments and changes nothing, as Accelerate
-//   does; across processes it needs the distributed layer, which broadcasts get_state(). The type
+//   does; across processes, utils/random_sync.hpp's overloads taking a dist::PartialState broadcast
+//   the main process's get_state(). The type
 //   is required (Accelerate's None does nothing), and types with no C++ backend (mlu, sdaa, musa,
 //   npu, xla, xpu, hpu, neuron) are a ValueError (Accelerate: an AssertionError unless that device
 //   is present). RNGType::cuda without a GPU does nothing (torch raises without CUDA).
@@ -289,8 +290,8 @@ inline Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, D
 // ---- synchronization -----------------------------------------------------------------------------
 
 /// Makes every process's generator of `rng_type` equal to the main process's. With one process
-/// this is a no-op that only checks its arguments; the distributed layer completes it with a
-/// broadcast of get_state(). `generator` is required for RNGType::generator. Types with no C++
+/// this is a no-op that only checks its arguments; utils/random_sync.hpp's overload taking a
+/// dist::PartialState broadcasts get_state(). `generator` is required for RNGType::generator. Types with no C++
 /// meaning (mlu, npu, xla, ...) are a ValueError.
 inline void synchronize_rng_state(RNGType rng_type, Generator* generator = nullptr) {
   switch (rng_type) {

@@ -22,6 +22,7 @@
 
 #include "accel/core/device_backend.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/dist/launch_environment.hpp"
 #include "accel/utils/autocast.hpp"
 #include "accel/utils/config.hpp"
 #include "accel/utils/enums.hpp"
@@ -75,11 +76,7 @@ inline LibraryState read_library_state() {
     }
   }
   s.use_cpu = parse_flag_from_env("ACCELERATE_USE_CPU", s.use_cpu);
-  if (get_env("ACCEL_DEBUG_MODE")) {
-    s.debug_mode = parse_flag_from_env("ACCEL_DEBUG_MODE");
-  } else {
-    s.debug_mode = parse_flag_from_env("ACCELERATE_DEBUG_MODE", s.debug_mode);
-  }
+  s.debug_mode = dist::debug_mode_from_env(s.debug_mode);
   return s;
 }
 

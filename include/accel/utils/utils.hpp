@@ -14,5 +14,6 @@
 #include "accel/utils/memory.hpp"
 #include "accel/utils/precision.hpp"
 #include "accel/utils/random.hpp"
+#include "accel/utils/random_sync.hpp"
 #include "accel/utils/state.hpp"
 #include "accel/utils/versions.hpp"

@@ -1,0 +1,25 @@
+// The dist layer in one include: process state, the launcher's environment, MPI and NCCL process
+// groups, collectives over nested data, debug-mode checks, object serialization, save and
+// extract_model_from_parallel. Its public names are also accel::name.
+#pragma once
+
+#include "accel/dist/collectives.hpp"
+#include "accel/dist/extract_model.hpp"
+#include "accel/dist/launch_environment.hpp"
+#include "accel/dist/partial_state.hpp"
+#include "accel/dist/save.hpp"
+#include "accel/dist/serialize.hpp"
+#include "accel/dist/verify.hpp"
+
+namespace accel {
+using dist::broadcast;
+using dist::broadcast_object_list;
+using dist::DistributedOperationException;
+using dist::extract_model_from_parallel;
+using dist::gather;
+using dist::gather_object;
+using dist::pad_across_processes;
+using dist::PartialState;
+using dist::reduce;
+using dist::wait_for_everyone;
+}  // namespace accel

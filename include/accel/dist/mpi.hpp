@@ -1,0 +1,290 @@
+// The MPI process group under multi_cpu<mpi> (and the CPU side and NCCL bootstrap of
+// multi_gpu<nccl>): one per process, joined at first use, left at exit.
+//
+//   detail::MpiGroup& g = detail::MpiGroup::join(timeout);     MPI_Init_thread unless already done
+//   g.rank(), g.size(), g.local_rank(), g.local_size()           MPI's answers (the node from
+//                                                                MPI_Comm_split_type SHARED)
+//   g.barrier(op)  g.broadcast(buf, n, root, op)  g.all_gather(send, n, recv, op)
+//   g.all_gather_bytes(bytes, op)  g.broadcast_bytes(bytes, root, op)
+//   g.all_reduce(buf, count, dtype, sum_or_or, op)              in place; f32 f64 and the integers
+//
+// Why it looks like this:
+// - The group works on a duplicate of MPI_COMM_WORLD, so a program's own MPI traffic never meets
+//   accel's, and errors return (MPI_ERRORS_RETURN) and become DistributedErrors naming the
+//   operation, instead of aborting the job.
+// - Every call is the non-blocking form followed by a wait that polls MPI_Test against the
+//   InitProcessGroupKwargs timeout (MPI has none of its own): a process whose peers never arrive
+//   gets a DistributedError after the timeout instead of hanging. The group is then broken (its
+//   pending call cannot be cancelled) and every later call fails at once; at exit it is aborted,
+//   not finalized, so the launcher ends the other processes too.
+// - The wait spins briefly, then yields, then sleeps in short steps: processes that outnumber the
+//   cores (mpirun --oversubscribe) still let each other run.
+// - Byte counts above what an MPI int holds are sent in chunks of 1 GiB.
+// - MPI is initialized with MPI_THREAD_SERIALIZED: collectives may come from any thread, one at a
+//   time. A program that called MPI_Init itself keeps it, and finalizes it itself.
+#pragma once
+
+#if defined(ACCEL_WITH_MPI)
+
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accel/core/dtype.hpp"
+#include "accel/core/errors.hpp"
+
+namespace accel::dist::detail {
+
+/// What an all_reduce combines with.
+enum class MpiReduce : std::uint8_t { sum, logical_or };
+
+class MpiGroup {
+ public:
+  /// The process's group: joins MPI on the first call (the timeout of that call is kept).
+  static MpiGroup& join(std::chrono::milliseconds timeout) {
+    static std::once_flag once;
+    static std::unique_ptr<MpiGroup> group;
+    std::call_once(once, [&] { group.reset(new MpiGroup(timeout)); });
+    return *group;
+  }
+
+  /// True when this process runs under MPI already (a launcher's MPI_Init or the program's own).
+  static bool initialized() {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+  }
+
+  MpiGroup(const MpiGroup&) = delete;
+  MpiGroup& operator=(const MpiGroup&) = delete;
+  ~MpiGroup() {
+    if (broken_) {
+      // A collective is still pending and cannot be cancelled: finalizing would wait for it.
+      MPI_Abort(comm_, 1);
+      return;
+    }
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (owns_init_) {
+      int fin = 0;
+      MPI_Finalized(&fin);
+      if (!fin) MPI_Finalize();
+    }
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int local_rank() const noexcept { return local_rank_; }
+  int local_size() const noexcept { return local_size_; }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  MPI_Comm comm() const noexcept { return comm_; }
+
+  void barrier(const char* op) {
+    usable(op);
+    MPI_Request req;
+    check(MPI_Ibarrier(comm_, &req), op, "MPI_Ibarrier");
+    wait(req, op);
+  }
+
+  /// `bytes` bytes of `buf` from `root` to every process, in place.
+  void broadcast(void* buf, std::size_t bytes, int root, const char* op) {
+    usable(op);
+    auto* p = static_cast<char*>(buf);
+    for (std::size_t off = 0; off < bytes; off += chunk_bytes) {
+      const std::size_t n = std::min(chunk_bytes, bytes - off);
+      MPI_Request req;
+      check(MPI_Ibcast(p + off, static_cast<int>(n), MPI_BYTE, root, comm_, &req), op, "MPI_Ibcast");
+      wait(req, op);
+    }
+  }
+
+  /// Every process's `bytes` bytes of `send`, in rank order, into `recv` (size() * bytes).
+  void all_gather(const void* send, std::size_t bytes, void* recv, const char* op) {
+    usable(op);
+    if (bytes == 0) return;
+    auto* out = static_cast<char*>(recv);
+    const auto* in = static_cast<const char*>(send);
+    if (bytes <= chunk_bytes) {
+      MPI_Request req;
+      check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, comm_, &req),
+            op, "MPI_Iallgather");
+      wait(req, op);
+      return;
+    }
+    std::vector<char> staging(chunk_bytes * static_cast<std::size_t>(size_));
+    for (std::size_t off = 0; off < bytes; off += chunk_bytes) {
+      const std::size_t n = std::min(chunk_bytes, bytes - off);
+      MPI_Request req;
+      check(MPI_Iallgather(in + off, static_cast<int>(n), MPI_BYTE, staging.data(), static_cast<int>(n), MPI_BYTE,
+                           comm_, &req),
+            op, "MPI_Iallgather");
+      wait(req, op);
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(out + static_cast<std::size_t>(r) * bytes + off, staging.data() + static_cast<std::size_t>(r) * n, n);
+      }
+    }
+  }
+
+  /// Every process's byte string (any length, 2 GiB in all at most), in rank order.
+  std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const std::byte> mine, const char* op) {
+    std::vector<std::uint64_t> sizes(static_cast<std::size_t>(size_));
+    const std::uint64_t n = mine.size();
+    all_gather(&n, sizeof n, sizes.data(), op);
+    std::uint64_t total = 0;
+    for (const auto s : sizes) total += s;
+    if (total > static_cast<std::uint64_t>(INT32_MAX)) {
+      throw DistributedError(std::string(op) + ": the processes' objects take " + std::to_string(total) +
+                             " bytes together; at most 2 GiB travel in one object collective");
+    }
+    std::vector<int> counts(sizes.size()), displs(sizes.size());
+    int at = 0;
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      counts[r] = static_cast<int>(sizes[r]);
+      displs[r] = at;
+      at += counts[r];
+    }
+    std::vector<std::byte> all(static_cast<std::size_t>(total));
+    usable(op);
+    MPI_Request req;
+    check(MPI_Iallgatherv(mine.data(), static_cast<int>(n), MPI_BYTE, all.data(), counts.data(), displs.data(),
+                          MPI_BYTE, comm_, &req),
+          op, "MPI_Iallgatherv");
+    wait(req, op);
+    std::vector<std::vector<std::byte>> out(sizes.size());
+    for (std::size_t r = 0; r < sizes.size(); ++r) {
+      out[r].assign(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
+    }
+    return out;
+  }
+
+  /// `bytes` as `root` holds them, on every process (receivers' contents are replaced).
+  void broadcast_bytes(std::vector<std::byte>& bytes, int root, const char* op) {
+    std::uint64_t n = bytes.size();
+    broadcast(&n, sizeof n, root, op);
+    bytes.resize(static_cast<std::size_t>(n));
+    broadcast(bytes.data(), bytes.size(), root, op);
+  }
+
+  /// Combines `count` elements of `dtype` at `buf` over all processes, in place.
+  void all_reduce(void* buf, std::size_t count, DType dtype, MpiReduce how, const char* op) {
+    usable(op);
+    const MPI_Datatype type = datatype(dtype, op);
+    const MPI_Op mop = how == MpiReduce::logical_or ? MPI_LOR : MPI_SUM;
+    const std::size_t item = itemsize(dtype);
+    const std::size_t per_chunk = chunk_bytes / item;
+    auto* p = static_cast<char*>(buf);
+    for (std::size_t off = 0; off < count; off += per_chunk) {
+      const std::size_t n = std::min(per_chunk, count - off);
+      MPI_Request req;
+      check(MPI_Iallreduce(MPI_IN_PLACE, p + off * item, static_cast<int>(n), type, mop, comm_, &req), op,
+            "MPI_Iallreduce");
+      wait(req, op);
+    }
+  }
+
+  /// The MPI datatype an all_reduce of `dtype` runs in; DTypeError for the floats MPI lacks.
+  static MPI_Datatype datatype(DType dtype, const char* op) {
+    switch (dtype) {
+      case DType::f64: return MPI_DOUBLE;
+      case DType::f32: return MPI_FLOAT;
+      case DType::i64: return MPI_INT64_T;
+      case DType::i32: return MPI_INT32_T;
+      case DType::i16: return MPI_INT16_T;
+      case DType::i8: return MPI_INT8_T;
+      case DType::u8: return MPI_UINT8_T;
+      case DType::boolean: return MPI_C_BOOL;
+      default: break;
+    }
+    throw DTypeError(std::string(op) + ": MPI has no " + std::string(dtype_name(dtype)) +
+                     " type; reduce it in float32");
+  }
+
+ private:
+  static constexpr std::size_t chunk_bytes = std::size_t{1} << 30;
+
+  explicit MpiGroup(std::chrono::milliseconds timeout) : timeout_(timeout) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) throw DistributedError("MPI was finalized already; the process group cannot be joined again");
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        throw DistributedError("MPI_Init_thread failed; was the program started by mpirun?");
+      }
+      owns_init_ = true;
+    }
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "init_process_group", "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "init_process_group",
+          "MPI_Comm_split_type");
+    MPI_Comm_rank(node, &local_rank_);
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
+  }
+
+  void usable(const char* op) const {
+    if (broken_) {
+      throw DistributedError(std::string(op) + ": an earlier collective of this process group failed or timed out; "
+                             "the group cannot be used any more");
+    }
+  }
+
+  void check(int rc, const char* op, const char* call) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    broken_ = true;
+    throw DistributedError(std::string(op) + ": " + call + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+  }
+
+  void wait(MPI_Request& req, const char* op) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    for (unsigned spins = 0;; ++spins) {
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op, "MPI_Test");
+      if (done) return;
+      if (spins < 256) continue;
+      const auto waited = clock::now() - start;
+      if (waited > timeout_) {
+        broken_ = true;
+        throw DistributedError(std::string(op) + ": timed out after " +
+                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) +
+                               " s waiting for the other processes (a process died, or the processes called "
+                               "different collectives; set ACCELERATE_DEBUG_MODE=1 to compare their shapes)");
+      }
+      if (waited < std::chrono::milliseconds(5)) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::chrono::milliseconds timeout_;
+  bool owns_init_ = false;
+  bool broken_ = false;
+};
+
+}  // namespace accel::dist::detail
+
+#endif  // ACCEL_WITH_MPI

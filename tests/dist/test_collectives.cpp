@@ -1,0 +1,249 @@
+// gather, broadcast, reduce and pad_across_processes over tensors of every dtype nested in
+// structs, tuples, maps and optionals, with 1, 2 and 3 processes; and their errors.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dist_fixture.hpp"
+
+using namespace accel_dist_test;
+namespace dist = accel::dist;
+
+namespace {
+
+struct Batch {
+  Tensor ids;
+  std::map<std::string, Tensor> extra;
+  std::tuple<Tensor, std::optional<Tensor>> pair;
+};
+
+const Shape batch_shape{2, 3};
+
+Batch make_batch(DType d, int r) {
+  return Batch{sample(d, r, batch_shape),
+               {{"a", sample(d, r, Shape{4})}, {"b", sample(d, r, Shape{1, 2})}},
+               {sample(d, r, Shape{3}), std::nullopt}};
+}
+
+/// Every tensor of a Batch, in walk order.
+std::vector<Tensor> leaves(const Batch& b) { return {b.ids, b.extra.at("a"), b.extra.at("b"), std::get<0>(b.pair)}; }
+
+}  // namespace
+
+TEST_CASE("gather concatenates every process's tensors of every dtype along dim 0", "[dist][mpi]") {
+  const int n = world();
+  for (const DType d : all_dtypes()) {
+    CAPTURE(accel::dtype_name(d), n);
+    const Batch mine = make_batch(d, rank());
+    const Batch all = dist::gather(state(), mine);
+    REQUIRE_FALSE(std::get<1>(all.pair).has_value());
+    const auto in = leaves(mine), out = leaves(all);
+    for (std::size_t leaf = 0; leaf < in.size(); ++leaf) {
+      Shape expect_shape = in[leaf].shape();
+      expect_shape[0] *= n;
+      CHECK(out[leaf].shape() == expect_shape);
+      CHECK(out[leaf].dtype() == d);
+      std::vector<double> expect;
+      for (int r = 0; r < n; ++r) {
+        const auto v = values(sample(d, r, in[leaf].shape()));
+        expect.insert(expect.end(), v.begin(), v.end());
+      }
+      CHECK(values(out[leaf]) == expect);
+    }
+  }
+}
+
+TEST_CASE("gather turns a zero-dimensional tensor into one row per process", "[dist][mpi]") {
+  const Tensor scalar = Tensor::full(Shape{}, rank() + 0.5, DType::f32);
+  const Tensor all = dist::gather(state(), scalar);
+  if (!state().communicates()) {
+    CHECK(all.dim() == 0);
+    return;
+  }
+  REQUIRE(all.shape() == Shape{world()});
+  for (int r = 0; r < world(); ++r) CHECK(all.at<float>({r}) == r + 0.5f);
+}
+
+TEST_CASE("gather reads non-contiguous views and vectors of tensors", "[dist][mpi]") {
+  const Tensor base = sample(DType::f32, rank(), Shape{3, 2});
+  const std::vector<Tensor> mine{base.transpose(0, 1)};  // [2, 3], not contiguous
+  const auto all = dist::gather(state(), mine);
+  REQUIRE(all.size() == 1);
+  REQUIRE(all[0].shape() == Shape{2 * world(), 3});
+  for (int r = 0; r < world(); ++r) {
+    const Tensor expect = sample(DType::f32, r, Shape{3, 2}).transpose(0, 1);
+    CHECK(values(all[0].narrow(0, 2 * r, 2)) == values(expect));
+  }
+}
+
+TEST_CASE("broadcast gives every process the sender's tensors, written in place", "[dist][mpi]") {
+  const int from = world() - 1;
+  for (const DType d : all_dtypes()) {
+    CAPTURE(accel::dtype_name(d));
+    const Batch mine = make_batch(d, rank());
+    const Batch got = dist::broadcast(state(), mine, from);
+    const auto in = leaves(mine), out = leaves(got);
+    for (std::size_t leaf = 0; leaf < in.size(); ++leaf) {
+      CHECK(values(out[leaf]) == values(sample(d, from, in[leaf].shape())));
+      CHECK(out[leaf].is_same(in[leaf]));  // contiguous and writable: in place
+    }
+  }
+}
+
+TEST_CASE("broadcast writes through a non-contiguous view", "[dist][mpi]") {
+  Tensor base = sample(DType::i32, rank(), Shape{3, 2});
+  const Tensor view = base.transpose(0, 1);
+  const Tensor got = dist::broadcast(state(), view, 0);
+  CHECK(values(got) == values(sample(DType::i32, 0, Shape{3, 2}).transpose(0, 1)));
+  CHECK(values(base) == values(sample(DType::i32, 0, Shape{3, 2})));
+}
+
+TEST_CASE("broadcast rejects a process that does not exist", "[dist][mpi]") {
+  const Tensor t = Tensor::zeros(Shape{2});
+  CHECK_THROWS_AS(dist::broadcast(state(), t, world()), accel::ValueError);
+  CHECK_THROWS_WITH(dist::broadcast(state(), t, -1), Catch::Contains("from_process -1 is not a process"));
+}
+
+TEST_CASE("reduce sums, averages and scales every dtype over the processes", "[dist][mpi]") {
+  const int n = world();
+  for (const DType d : all_dtypes()) {
+    CAPTURE(accel::dtype_name(d), n);
+    const Batch mine = make_batch(d, rank());
+    const auto in = leaves(mine);
+    // Exact sums in f32 (small integers), rounded once to the dtype: what accel promises.
+    auto exact_sum = [&](const Shape& shape) {
+      std::vector<float> s(static_cast<std::size_t>(shape.numel()), 0.0f);
+      for (int r = 0; r < n; ++r) {
+        for (std::size_t i = 0; i < s.size(); ++i) {
+          const float v = sample_value(r, static_cast<std::int64_t>(i), d);
+          s[i] = d == DType::boolean ? static_cast<float>(s[i] != 0 || v != 0) : s[i] + v;
+        }
+      }
+      return s;
+    };
+    for (const char* how : {"sum", "none"}) {
+      const Batch got = dist::reduce(state(), mine, how);
+      const auto out = leaves(got);
+      for (std::size_t leaf = 0; leaf < in.size(); ++leaf) {
+        CHECK(out[leaf].dtype() == d);
+        CHECK(out[leaf].shape() == in[leaf].shape());
+        CHECK_FALSE(out[leaf].shares_storage(in[leaf]));
+        if (d == DType::u8 || d == DType::i8 || d == DType::i16 || d == DType::i32 || d == DType::i64 ||
+            d == DType::boolean) {
+          const auto s = exact_sum(in[leaf].shape());
+          CHECK(values(out[leaf]) == std::vector<double>(s.begin(), s.end()));
+        } else {
+          CHECK(values(out[leaf]) == rounded(exact_sum(in[leaf].shape()), d, in[leaf].shape()));
+        }
+      }
+    }
+    if (!accel::is_floating_point(d)) {
+      CHECK_THROWS_AS(dist::reduce(state(), mine, "mean"), accel::DTypeError);
+      CHECK_THROWS_WITH(dist::reduce(state(), mine, "sum", 2.0), Catch::Contains("needs a floating tensor"));
+      continue;
+    }
+    const Batch mean = dist::reduce(state(), mine);  // "mean" is the default
+    const Batch scaled = dist::reduce(state(), mine, "mean", 0.5);
+    const auto m = leaves(mean), sc = leaves(scaled);
+    for (std::size_t leaf = 0; leaf < in.size(); ++leaf) {
+      const auto s = exact_sum(in[leaf].shape());
+      std::vector<float> avg(s.size()), half(s.size());
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        avg[i] = s[i] / static_cast<float>(n);
+        half[i] = avg[i] * 0.5f;
+      }
+      if (d == DType::f64) {
+        // f64 sums and divides in f64: compare with the same arithmetic.
+        std::vector<double> a(s.size()), h(s.size());
+        for (std::size_t i = 0; i < s.size(); ++i) {
+          a[i] = static_cast<double>(s[i]) / n;
+          h[i] = a[i] * 0.5;
+        }
+        CHECK(values(m[leaf]) == a);
+        CHECK(values(sc[leaf]) == h);
+      } else {
+        CHECK(values(m[leaf]) == rounded(avg, d, in[leaf].shape()));
+        CHECK(values(sc[leaf]) == rounded(half, d, in[leaf].shape()));
+      }
+    }
+  }
+}
+
+TEST_CASE("reduce names the reductions it knows", "[dist][mpi]") {
+  const Tensor t = Tensor::ones(Shape{2});
+  CHECK_THROWS_AS(dist::reduce(state(), t, "max"), accel::ValueError);
+  CHECK_THROWS_WITH(dist::reduce(state(), t, "max"), Catch::Contains("\"mean\", \"sum\" or \"none\""));
+}
+
+TEST_CASE("pad_across_processes pads uneven tensors to the longest, after or before the data", "[dist][mpi]") {
+  const int n = world(), r = rank();
+  for (const DType d : all_dtypes()) {
+    CAPTURE(accel::dtype_name(d), n);
+    // Process r holds r + 1 rows: the longest has n.
+    const Tensor mine = sample(d, r, Shape{r + 1, 2});
+    const double pad = d == DType::boolean ? 1.0 : (d == DType::u8 ? 7.0 : -1.0);
+    for (const bool first : {false, true}) {
+      std::map<std::string, Tensor> in{{"x", mine}};
+      const auto padded = dist::pad_across_processes(state(), in, 0, pad, first);
+      const Tensor& p = padded.at("x");
+      REQUIRE(p.shape() == Shape{n, 2});
+      const auto v = values(p);
+      const auto own = values(mine);
+      const std::int64_t pad_rows = n - (r + 1);
+      const double pad_value = values(Tensor::full(Shape{1}, pad, d))[0];
+      for (std::int64_t row = 0; row < n; ++row) {
+        const bool is_pad = first ? row < pad_rows : row >= r + 1;
+        const std::int64_t src = first ? row - pad_rows : row;
+        for (std::int64_t c = 0; c < 2; ++c) {
+          const double got = v[static_cast<std::size_t>(row * 2 + c)];
+          CHECK(got == (is_pad ? pad_value : own[static_cast<std::size_t>(src * 2 + c)]));
+        }
+      }
+      // Padded, the processes' tensors gather.
+      const Tensor all = dist::gather(state(), p);
+      CHECK(all.shape() == Shape{n * n, 2});
+    }
+  }
+}
+
+TEST_CASE("pad_across_processes pads along a negative dimension and leaves short tensors alone", "[dist][mpi]") {
+  const int n = world(), r = rank();
+  const Tensor mine = sample(DType::f32, r, Shape{2, r + 1});
+  const auto [p, scalar, vec] = dist::pad_across_processes(
+      state(), std::make_tuple(mine, Tensor::full(Shape{}, 3.0), sample(DType::f32, r, Shape{2})), -1);
+  CHECK(p.shape() == Shape{2, n});
+  CHECK(p.at<float>({1, n - 1}) == (r + 1 == n ? sample_value(r, 2 * (r + 1) - 1, DType::f32) : 0.0f));
+  CHECK(scalar.dim() == 0);  // dim -1 is out of range for a scalar: returned as it is
+  CHECK(vec.shape() == Shape{2});
+  if (r + 1 == n) CHECK(p.is_same(mine));  // the longest is not copied
+}
+
+TEST_CASE("collectives take CPU tensors only under multi_cpu, and reject other leaves", "[dist][mpi]") {
+  const Tensor meta = Tensor::empty(Shape{2}, DType::f32, Device::meta());
+  CHECK_THROWS_AS(dist::gather(state(), meta), accel::DeviceError);
+  CHECK_THROWS_WITH(dist::reduce(state(), meta), Catch::Contains("meta tensor of shape [2]"));
+  const std::tuple<Tensor, int> mixed{Tensor::zeros(Shape{1}), 3};
+  CHECK_THROWS_AS(dist::gather(state(), mixed), accel::ValueError);
+  CHECK_THROWS_WITH(dist::broadcast(state(), mixed), Catch::Contains("unsupported leaf of type 'int'"));
+}
+
+TEST_CASE("no_dist collectives are identities, whatever launched the process", "[dist][mpi]") {
+  const dist::PartialState<> one;
+  CHECK(one.num_processes() == 1);
+  CHECK(one.process_index() == 0);
+  CHECK(one.distributed_type() == accel::DistributedType::no);
+  CHECK_FALSE(one.backend().has_value());
+  const Tensor t = sample(DType::f32, rank(), Shape{2});
+  CHECK(dist::gather(one, t).is_same(t));
+  CHECK(dist::broadcast(one, t).is_same(t));
+  CHECK(dist::pad_across_processes(one, t).is_same(t));
+  const Tensor doubled = dist::reduce(one, t, "sum", 2.0);
+  CHECK_FALSE(doubled.shares_storage(t));
+  CHECK(values(doubled) == std::vector<double>{2.0 * rank(), 2.0 * rank() + 2});
+  CHECK(dist::gather_object(one, std::vector<int>{rank()}) == std::vector<int>{rank()});
+  one.wait_for_everyone();
+}
