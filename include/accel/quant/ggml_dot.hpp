@@ -41,6 +41,7 @@ using quant_ladder = xsimd::arch_list<simd::avx512_vnni, simd::scalar>;
 struct ActivationRow {
   std::vector<io::block_q8_0> q8_0;
   std::vector<std::int32_t> q8_0_sums;
+  std::vector<float> q8_0_scales;  ///< each block's f16 scale as float, decoded once per row
   std::vector<io::block_q8_k> q8_k;
 };
 
@@ -58,11 +59,13 @@ inline void quantize_activation(GgmlType t, const float* x, std::size_t n, Activ
   }
   row.q8_0.resize(n / 32);
   row.q8_0_sums.resize(n / 32);
+  row.q8_0_scales.resize(n / 32);
   quantize_row_q8_0(x, row.q8_0.data(), n);
   for (std::size_t b = 0; b < n / 32; ++b) {
     int s = 0;
     for (int j = 0; j < 32; ++j) s += row.q8_0[b].qs[j];
     row.q8_0_sums[b] = s;
+    row.q8_0_scales[b] = io::f16_scale(row.q8_0[b].d);
   }
 }
 
@@ -188,7 +191,7 @@ ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_0[b].qs));
     // |w| (unsigned) times x with w's sign: VPDPBUSD's unsigned x signed form of w * x.
     const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
-    const float scale = io::f16_scale(d) * io::f16_scale(x.q8_0[b].d);
+    const float scale = _cvtsh_ss(d) * x.q8_0_scales[b];
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
   }
   return detail::hsum(acc);
@@ -205,7 +208,7 @@ ACCEL_TARGET_AVX512_VNNI inline float dot_q4_0(simd::requires_arch<simd::avx512_
     const __m256i q = detail::nibbles(reinterpret_cast<const std::uint8_t*>(p + 2));
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_0[b].qs));
     const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qx);
-    const float scale = io::f16_scale(d) * io::f16_scale(x.q8_0[b].d);
+    const float scale = _cvtsh_ss(d) * x.q8_0_scales[b];
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
     correction += scale * static_cast<float>(8 * x.q8_0_sums[b]);
   }
@@ -241,7 +244,7 @@ ACCEL_TARGET_AVX512_VNNI inline float dot_q4_k(simd::requires_arch<simd::avx512_
                                                      _mm256_mullo_epi32(d1, _mm256_set1_epi32(sc1))));
       summ += m0 * (a.bsums[4 * j] + a.bsums[4 * j + 1]) + m1 * (a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
     }
-    acc += a.d * (io::f16_scale(d) * static_cast<float>(detail::hsum_i32(sumi)) - io::f16_scale(dmin) * static_cast<float>(summ));
+    acc += a.d * (_cvtsh_ss(d) * static_cast<float>(detail::hsum_i32(sumi)) - _cvtsh_ss(dmin) * static_cast<float>(summ));
   }
   return acc;
 }
@@ -281,7 +284,7 @@ ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_
     }
     int offset = 0;
     for (int g = 0; g < 16; ++g) offset += sc[g] * a.bsums[g];
-    acc += a.d * io::f16_scale(d) * static_cast<float>(detail::hsum_i32(sumi) - 32 * offset);
+    acc += a.d * _cvtsh_ss(d) * static_cast<float>(detail::hsum_i32(sumi) - 32 * offset);
   }
   return acc;
 }
