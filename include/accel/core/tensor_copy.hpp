@@ -163,8 +163,8 @@ inline Tensor& Tensor::copy_(const Tensor& src_in, bool non_blocking) {
 }
 
 inline Tensor Tensor::contiguous() const {
-  if (is_contiguous() || is_meta()) return *this;
-  return clone();
+  if (is_contiguous()) return *this;
+  return clone();  // a meta view gets contiguous strides too, so view() after it sees what real data would
 }
 
 inline Tensor Tensor::clone() const {

@@ -32,6 +32,9 @@
 //   tensor (Accelerate calls model.to and fails later, inside torch).
 // - Moving a dispatched model with Module::to warns, and is refused while weights are on meta
 //   (Accelerate warns in both cases).
+// - A "meta" placement names a block another process holds (a model split across processes,
+//   dist/split_model.hpp): it gets no hook and stays on meta, where its forward computes shapes
+//   only. Accelerate has no such placement.
 #pragma once
 
 #include <algorithm>
@@ -101,7 +104,10 @@ inline io::StateDict submodules_state_dict(const nn::Module& model, const std::v
 /// memory, in their own cells, so the device stage copies them without staging and no second
 /// copy stays behind.
 inline void pin_cpu_tensors(nn::Module& model, const std::vector<std::string>* modules = nullptr) {
-  for (const auto& [name, cell] : model.state_dict_cells()) {
+  for (const auto& entry : model.state_dict_cells()) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda.
+    const std::string& name = entry.first;
+    const auto& cell = entry.second;
     if (modules && std::none_of(modules->begin(), modules->end(), [&](const std::string& m) { return plan::DeviceMap::covers(m, name); })) {
       continue;
     }
@@ -126,14 +132,18 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   check_device_map(model, device_map);
   std::set<std::string> kinds;
   std::optional<Device> first_gpu;
+  bool remote = false;  // "meta" entries: blocks another process holds (dist/split_model.hpp)
   for (const auto& [name, p] : device_map) {
+    if (p.kind() == Placement::Kind::meta) {
+      remote = true;
+      continue;
+    }
     kinds.insert(p.str());
     if (p.is_gpu() && !first_gpu) first_gpu = p.device();
   }
-  const bool only_host = std::all_of(device_map.begin(), device_map.end(),
-                                     [](const auto& e) { return e.second.is_cpu() || e.second.is_disk(); });
+  const bool only_host = !first_gpu;
 
-  if (kinds.size() <= 1 && !o.force_hooks) {
+  if (kinds.size() <= 1 && !o.force_hooks && !remote) {
     if (device_map.empty()) return model;
     const Placement only = device_map.begin()->second;
     if (only.is_disk()) {
@@ -172,6 +182,7 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
 
   hooks::BlockAttachOptions b;
   for (const auto& [name, p] : device_map) {
+    if (p.kind() == Placement::Kind::meta) continue;  // no hook: it computes shapes only, on meta
     const bool offloaded = p.is_disk() || (p.is_cpu() && !main.is_cpu());
     b.execution_device.insert_or_assign(name, p.is_gpu() ? p.device() : main);
     b.offload.insert_or_assign(name, offloaded);

@@ -204,8 +204,10 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   // Every weight must now hold data or be placed on disk; a tied name counts as filled through its cell.
   out.load.missing_keys.clear();
   for (const auto& [name, t] : root.state_dict()) {
-    const bool on_disk = out.device_map && out.device_map->lookup(name) && out.device_map->lookup(name)->is_disk();
-    if (t.is_meta() && !on_disk) out.load.missing_keys.push_back(name);
+    // Disk weights stay on meta until streamed in; "meta" ones are another process's.
+    const auto where = out.device_map ? out.device_map->lookup(name) : std::nullopt;
+    const bool elsewhere = where && (where->is_disk() || where->kind() == Placement::Kind::meta);
+    if (t.is_meta() && !elsewhere) out.load.missing_keys.push_back(name);
   }
   if (!out.load.missing_keys.empty()) {
     throw KeyError(folder.string() + ": the checkpoint has no tensor '" + out.load.missing_keys.front() + "' (the " +

@@ -224,10 +224,13 @@ Tensor reduce_one(const PartialState<D>& state, const Tensor& t, Reduction how, 
   }
   const Tensor host = t.is_cpu() ? t : t.to(Device::cpu());
   const DType work = mpi_working_dtype(t.dtype());
-  Tensor buf = work == t.dtype() ? host.clone() : host.to(work).contiguous();
+  // The input is read where it lies when it can be: a copy first would cost a pass over it.
+  const bool direct = r == Route::mpi && work == t.dtype() && host.is_contiguous();
+  Tensor buf = direct ? Tensor::empty(host.shape(), work, Device::cpu())
+                      : work == t.dtype() ? host.clone() : host.to(work).contiguous();
   if (r == Route::mpi) {
 #if defined(ACCEL_WITH_MPI)
-    mpi(state).all_reduce(buf.data_ptr(), static_cast<std::size_t>(buf.numel()), work,
+    mpi(state).all_reduce(direct ? host.data_ptr() : nullptr, buf.data_ptr(), static_cast<std::size_t>(buf.numel()), work,
                           work == DType::boolean ? MpiReduce::logical_or : MpiReduce::sum, op);
 #endif
   }

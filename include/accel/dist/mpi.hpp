@@ -7,6 +7,7 @@
 //   g.barrier(op)  g.broadcast(buf, n, root, op)  g.all_gather(send, n, recv, op)
 //   g.all_gather_bytes(bytes, op)  g.broadcast_bytes(bytes, root, op)
 //   g.all_reduce(buf, count, dtype, sum_or_or, op)              in place; f32 f64 and the integers
+//   g.send(buf, n, dest, tag, op)  g.recv(buf, n, source, tag, op)   point to point (pipeline stages)
 //
 // Why it looks like this:
 // - The group works on a duplicate of MPI_COMM_WORLD, so a program's own MPI traffic never meets
@@ -17,8 +18,9 @@
 //   gets a DistributedError after the timeout instead of hanging. The group is then broken (its
 //   pending call cannot be cancelled) and every later call fails at once; at exit it is aborted,
 //   not finalized, so the launcher ends the other processes too.
-// - The wait spins briefly, then yields, then sleeps in short steps: processes that outnumber the
-//   cores (mpirun --oversubscribe) still let each other run.
+// - The wait tests for up to 20 ms while the node's processes have a core each (Open MPI moves a
+//   transfer on only inside MPI_Test), then yields, then sleeps in short steps; processes that
+//   outnumber the cores (mpirun --oversubscribe) yield at once and still let each other run.
 // - Byte counts above what an MPI int holds are sent in chunks of 1 GiB.
 // - MPI is initialized with MPI_THREAD_SERIALIZED: collectives may come from any thread, one at a
 //   time. A program that called MPI_Init itself keeps it, and finalizes it itself.
@@ -176,8 +178,48 @@ class MpiGroup {
     broadcast(bytes.data(), bytes.size(), root, op);
   }
 
+  /// `bytes` bytes of `buf` to process `dest`, matched by its recv of the same tag.
+  void send(const void* buf, std::size_t bytes, int dest, int tag, const char* op) {
+    usable(op);
+    const auto* p = static_cast<const char*>(buf);
+    for (std::size_t off = 0; off < bytes || off == 0; off += chunk_bytes) {
+      const std::size_t n = std::min(chunk_bytes, bytes - off);
+      MPI_Request req;
+      check(MPI_Isend(p + off, static_cast<int>(n), MPI_BYTE, dest, tag, comm_, &req), op, "MPI_Isend");
+      wait(req, op);
+      if (bytes == 0) break;
+    }
+  }
+
+  /// `bytes` bytes from process `source` into `buf`; a message of another length is a
+  /// DistributedError (the two sides disagree on what travels).
+  void recv(void* buf, std::size_t bytes, int source, int tag, const char* op) {
+    usable(op);
+    auto* p = static_cast<char*>(buf);
+    for (std::size_t off = 0; off < bytes || off == 0; off += chunk_bytes) {
+      const std::size_t n = std::min(chunk_bytes, bytes - off);
+      MPI_Request req;
+      check(MPI_Irecv(p + off, static_cast<int>(n), MPI_BYTE, source, tag, comm_, &req), op, "MPI_Irecv");
+      MPI_Status status;
+      wait(req, op, &status);
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      if (static_cast<std::size_t>(got) != n) {
+        broken_ = true;
+        throw DistributedError(std::string(op) + ": expected " + std::to_string(n) + " bytes from process " +
+                               std::to_string(source) + ", received " + std::to_string(got));
+      }
+      if (bytes == 0) break;
+    }
+  }
+
   /// Combines `count` elements of `dtype` at `buf` over all processes, in place.
   void all_reduce(void* buf, std::size_t count, DType dtype, MpiReduce how, const char* op) {
+    all_reduce(nullptr, buf, count, dtype, how, op);
+  }
+  /// Combines `count` elements of `dtype` at `send` (in place when null) into `buf`: reading the
+  /// input where it lies saves the copy an in-place reduce of a fresh result would need.
+  void all_reduce(const void* send, void* buf, std::size_t count, DType dtype, MpiReduce how, const char* op) {
     usable(op);
     const MPI_Datatype type = datatype(dtype, op);
     const MPI_Op mop = how == MpiReduce::logical_or ? MPI_LOR : MPI_SUM;
@@ -187,8 +229,8 @@ class MpiGroup {
     for (std::size_t off = 0; off < count; off += per_chunk) {
       const std::size_t n = std::min(per_chunk, count - off);
       MPI_Request req;
-      check(MPI_Iallreduce(MPI_IN_PLACE, p + off * item, static_cast<int>(n), type, mop, comm_, &req), op,
-            "MPI_Iallreduce");
+      const void* in = send ? static_cast<const char*>(send) + off * item : MPI_IN_PLACE;
+      check(MPI_Iallreduce(in, p + off * item, static_cast<int>(n), type, mop, comm_, &req), op, "MPI_Iallreduce");
       wait(req, op);
     }
   }
@@ -236,6 +278,8 @@ class MpiGroup {
     MPI_Comm_rank(node, &local_rank_);
     MPI_Comm_size(node, &local_size_);
     MPI_Comm_free(&node);
+    const unsigned cores = std::thread::hardware_concurrency();
+    if (cores != 0 && static_cast<unsigned>(local_size_) <= cores) spin_budget_ = std::chrono::milliseconds(20);
   }
 
   void usable(const char* op) const {
@@ -254,15 +298,19 @@ class MpiGroup {
     throw DistributedError(std::string(op) + ": " + call + " failed: " + std::string(text, static_cast<std::size_t>(len)));
   }
 
-  void wait(MPI_Request& req, const char* op) {
+  void wait(MPI_Request& req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     for (unsigned spins = 0;; ++spins) {
       int done = 0;
-      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op, "MPI_Test");
+      check(MPI_Test(&req, &done, status), op, "MPI_Test");
       if (done) return;
       if (spins < 256) continue;
       const auto waited = clock::now() - start;
+      // Open MPI moves a transfer on only inside MPI_Test: while every process of the node has a
+      // core of its own, keep testing (yielding or sleeping stalls a large reduce several fold);
+      // processes that outnumber the cores give theirs up at once.
+      if (waited < spin_budget_) continue;
       if (waited > timeout_) {
         broken_ = true;
         throw DistributedError(std::string(op) + ": timed out after " +
@@ -270,7 +318,7 @@ class MpiGroup {
                                " s waiting for the other processes (a process died, or the processes called "
                                "different collectives; set ACCELERATE_DEBUG_MODE=1 to compare their shapes)");
       }
-      if (waited < std::chrono::milliseconds(5)) {
+      if (waited < spin_budget_ + std::chrono::milliseconds(5)) {
         sched_yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -283,6 +331,8 @@ class MpiGroup {
   std::chrono::milliseconds timeout_;
   bool owns_init_ = false;
   bool broken_ = false;
+  /// How long a wait keeps testing before it yields (0: yield at once).
+  std::chrono::steady_clock::duration spin_budget_{};
 };
 
 }  // namespace accel::dist::detail

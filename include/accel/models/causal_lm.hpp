@@ -72,12 +72,14 @@ class CausalLM {
 };
 
 namespace detail {
-/// Positions past .. past + t - 1 as int64 [t] on `device`.
+/// Positions past .. past + t - 1 as int64 [t] on `device`; on the CPU when `device` is meta:
+/// positions hold values even where the blocks are another process's (a model split across
+/// processes passes them from block to block, dist/split_model.hpp).
 inline Tensor position_ids(std::int64_t past, std::int64_t t, Device device) {
   std::vector<std::int64_t> p(static_cast<std::size_t>(t));
   for (std::int64_t i = 0; i < t; ++i) p[static_cast<std::size_t>(i)] = past + i;
   Tensor out = Tensor::from_vector(p, Shape{t});
-  return device.is_cpu() ? out : out.to(device);
+  return device.is_cpu() || device.is_meta() ? out : out.to(device);
 }
 /// Positions of the last `t` of S tokens per row from a padding mask [B, S]: the count of real
 /// tokens before each one (transformers' cumsum - 1; padding gets 1, it is never attended to).
@@ -99,7 +101,7 @@ inline Tensor position_ids_from_mask(const std::string& model, const Tensor& mas
     }
   }
   Tensor out = Tensor::from_vector(pos, Shape{batch, t});
-  return device.is_cpu() ? out : out.to(device);
+  return device.is_cpu() || device.is_meta() ? out : out.to(device);  // as position_ids
 }
 
 /// Checks input ids [B, T] for a model's forward.

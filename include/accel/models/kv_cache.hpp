@@ -48,8 +48,16 @@ class LayerKVCache {
                        ") passes the cache capacity of " + std::to_string(capacity()) +
                        " tokens (make the cache for prompt + max_new_tokens)");
     }
-    key_.narrow(2, past, t).copy_(k);
-    value_.narrow(2, past, t).copy_(v);
+    // A slot on meta belongs to a layer another process computes (a model split across
+    // processes): its keys are shapes only. Real keys for a meta slot are a misplaced cache.
+    if (key_.is_meta() && !k.is_meta()) {
+      throw DeviceError("KVCache: keys on " + k.device().str() + " for a cache slot on meta (make the cache after "
+                        "the model is placed: make_cache puts each slot on its layer's device)");
+    }
+    if (!key_.is_meta()) {
+      key_.narrow(2, past, t).copy_(k);
+      value_.narrow(2, past, t).copy_(v);
+    }
     return {key_.narrow(2, 0, past + t), value_.narrow(2, 0, past + t)};
   }
   std::int64_t capacity() const { return key_.defined() ? key_.size(2) : 0; }

@@ -4,12 +4,25 @@
 //   bool inf = scaler.unscale_(grads);      grads /= scale in place; true if any inf/NaN
 //   bool stepped = scaler.step(grads, f);   unscale_ if not done yet, then f() unless inf/NaN
 //   scaler.update();                        back off on overflow; grow after growth_interval clean steps
+//   scaler.unscale_(grads, state)           unscale_, then agree with every process on inf/NaN
+//   scaler.step(grads, state, f)            step, agreeing first: every process steps or none does
 //
 // Gradients are any nested structure of floating tensors (recursively_apply's containers), on any
 // device: non-host tensors are processed through a host copy.
+//
+// Across processes, every process must skip or take a step together, or their weights and scales
+// drift apart. The overloads taking a process state reduce found_inf with one all-reduce, through
+// `any_process(state, flag)` found by argument-dependent lookup: dist/grad_reducer.hpp defines it
+// for dist::PartialState (a logical or over MPI), so this header needs no dist header and a user's
+// own state type may bring its own. Gradients already averaged by dist::GradReducer carry an
+// inf / NaN of any process to every process (IEEE sums keep them), but gradients unscaled before
+// the reduce, a process whose reduced values differ in the last bit from another's, or gradients
+// that are not reduced at all (sharded) do not: the agreement costs one one-byte all-reduce per step.
+// torch's GradScaler does not agree (its ShardedGradScaler does, with a max all-reduce).
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +34,13 @@
 #include "accel/utils/dataclasses.hpp"
 
 namespace accel::utils {
+
+/// A process state the scaler can agree through: `any_process(state, flag)` is found for it by
+/// argument-dependent lookup (dist::PartialState once dist/grad_reducer.hpp is included).
+template <class S>
+concept FoundInfAgreement = requires(const S& s, bool flag) {
+  { any_process(s, flag) } -> std::convertible_to<bool>;
+};
 
 namespace detail {
 
@@ -101,11 +121,40 @@ class DynamicLossScaler {
     return bad;
   }
 
+  /// unscale_(grads), then true on every process when any process found an inf or NaN: one
+  /// all-reduce of the flag (see the header). Every process must call it.
+  template <class Grads, class State>
+  bool unscale_(Grads& grads, const State& state) {
+    static_assert(FoundInfAgreement<State>,
+                  "DynamicLossScaler::unscale_(grads, state): no any_process(state, bool) for this state; include "
+                  "accel/dist/grad_reducer.hpp for dist::PartialState");
+    if (!k_.enabled) return false;
+    unscale_(grads);
+    return agree(state);
+  }
+
   /// Unscales (if not done yet) and calls optimizer_step() unless a gradient overflowed.
   /// Returns whether the step ran.
   template <class Grads, class F>
   bool step(Grads& grads, F&& optimizer_step) {
     if (k_.enabled && !unscaled_) unscale_(grads);
+    if (k_.enabled && found_inf_) return false;
+    optimizer_step();
+    return true;
+  }
+
+  /// step(grads, f) with found_inf agreed across processes first (unscaling if not done yet, and
+  /// agreeing once if unscale_(grads) ran without the state): every process steps, or none does.
+  template <class Grads, class State, class F>
+  bool step(Grads& grads, const State& state, F&& optimizer_step) {
+    static_assert(FoundInfAgreement<State>,
+                  "DynamicLossScaler::step(grads, state, f): no any_process(state, bool) for this state; include "
+                  "accel/dist/grad_reducer.hpp for dist::PartialState");
+    if (k_.enabled && !unscaled_) {
+      unscale_(grads, state);
+    } else if (k_.enabled && !agreed_) {
+      agree(state);
+    }
     if (k_.enabled && found_inf_) return false;
     optimizer_step();
     return true;
@@ -127,6 +176,7 @@ class DynamicLossScaler {
       tracker_ = 0;
     }
     unscaled_ = false;
+    agreed_ = false;
     found_inf_ = false;
   }
 
@@ -150,10 +200,18 @@ class DynamicLossScaler {
   }
 
  private:
+  template <class State>
+  bool agree(const State& state) {
+    found_inf_ = static_cast<bool>(any_process(state, found_inf_));
+    agreed_ = true;
+    return found_inf_;
+  }
+
   GradScalerKwargs k_;
   double scale_;
   int tracker_ = 0;
   bool unscaled_ = false;
+  bool agreed_ = false;  // found_inf_ is every process's since the last update()
   bool found_inf_ = false;
 };
 
