@@ -29,6 +29,14 @@
 // hooks (sampling runs share one seed) and compares the new tokens: a difference exits 1 naming
 // the first differing position. A progress bar over the checkpoint's bytes goes to stderr while
 // loading, when stderr is a terminal or --progress is given (never under --quiet).
+//
+// Under mpirun with several processes the model is split across them (dist/split_model.hpp): each
+// process plans from its own --max-memory (or what it probes), the budgets are gathered, each
+// process loads only its blocks, and the hidden states travel between processes. --device-map is
+// then a strategy (auto and balanced even the processes, sequential fills them in order) or a JSON
+// file whose values name processes ("rank1:cpu"). Process 0 prints; the output adds the split map,
+// bytes and peaks per process, and what crossed between them; --check runs the unrestricted
+// reference on process 0 alone.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +58,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/memory_stats.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
+#include "accel/dist/split_model.hpp"
 #include "accel/hooks/align_devices_hook.hpp"
 #include "accel/io/weight_reader.hpp"
 #include "accel/plan/module_sizes.hpp"
@@ -94,6 +103,8 @@ struct RunRequest {
   std::optional<std::string> offload_folder;
   /// --offload: blocks read ahead (prefetch:N), 0 for sync.
   std::size_t prefetch = 2;
+  /// Run in this process alone even under mpirun (the token check's reference).
+  bool single_process = false;
 };
 
 /// One amount the planner kept free, and why.
@@ -126,7 +137,16 @@ struct RunResult {
   std::string offload = "none";                      ///< "sync" or "prefetch:N" when placed
   std::string note;                                  ///< why the read-ahead is shallower than asked
   std::optional<TokenCheck> check;                   ///< with --check
+  int processes = 1;                                 ///< > 1: split across mpirun's processes
+  std::optional<dist::SplitDeviceMap> split_map;     ///< the placement across processes
+  dist::PipelineStats pipeline;                      ///< what process 0 sent and received
 };
+
+/// The process state of `accel run`: under mpirun with several processes the model is split.
+inline const dist::PartialState<policy::multi_cpu<>>& run_state() {
+  static const dist::PartialState<policy::multi_cpu<>> state;
+  return state;
+}
 
 /// Arguments -> RunRequest (values checked, each error naming its option).
 inline RunRequest parse_run_request(const ParsedArgs& args) {
@@ -272,6 +292,20 @@ inline std::shared_ptr<hooks::WeightStream> offload_stream(nn::Module& root) {
   return nullptr;
 }
 
+/// load_pretrained_split under the offload policy `prefetch` names (0: sync_offload).
+template <class State>
+dist::SplitModel load_split(const State& state, const std::filesystem::path& dir, const dispatch::LoadPretrainedOptions& o,
+                            const dist::SplitLoadOptions& so, std::size_t prefetch) {
+  switch (prefetch) {
+    case 0: return dist::load_pretrained_split<policy::sync_offload>(state, dir, o, so);
+    case 1: return dist::load_pretrained_split<policy::prefetch<1>>(state, dir, o, so);
+    case 2: return dist::load_pretrained_split<policy::prefetch<2>>(state, dir, o, so);
+    case 3: return dist::load_pretrained_split<policy::prefetch<3>>(state, dir, o, so);
+    case 4: return dist::load_pretrained_split<policy::prefetch<4>>(state, dir, o, so);
+    default: throw ValueError("--offload: prefetch:" + std::to_string(prefetch) + " is out of range (1-4)");
+  }
+}
+
 /// load_pretrained_causal_lm under the offload policy `prefetch` names (0: sync_offload).
 inline dispatch::PretrainedModel load_placed(const std::filesystem::path& dir, const dispatch::LoadPretrainedOptions& o,
                                              std::size_t prefetch) {
@@ -311,7 +345,11 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   }
   reset_peak_memory_stats(Device::cpu());
   std::size_t prefetch = req.prefetch;
-  ByteProgressBar bar(progress_label, progress_wanted(req.progress, req.quiet) ? &std::cerr : nullptr);
+  const auto& state = run_state();
+  const bool split = !req.single_process && state.num_processes() > 1;
+  out.processes = split ? state.num_processes() : 1;
+  ByteProgressBar bar(progress_label,
+                      progress_wanted(req.progress, req.quiet) && state.is_main_process() ? &std::cerr : nullptr);
   dispatch::LoadPretrainedOptions lo{.dtype = req.dtype, .show_progress = false, .progress = bar.callback(),
                                      .disable_mmap = req.disable_mmap};
   if (dispatch::is_gguf_model(req.model_dir)) {
@@ -321,7 +359,34 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     const DType compute = req.dtype.value_or(dispatch::detail::config_dtype(config, req.model_dir.string()).value_or(DType::bf16));
     lo.quantizer = quant::GgufQuantizer({.compute_dtype = compute});
   }
-  if (req.device_map) {
+  dist::SplitLoadOptions so;
+  if (split) {
+    if (lo.quantizer) throw UsageError("a GGUF file runs in one process: its quantized blocks are not split across processes yet");
+    out.offload = req.prefetch == 0 ? "sync" : "prefetch:" + std::to_string(req.prefetch);
+    lo.offload_folder = req.offload_folder;
+    so.max_memory = req.max_memory;
+    const std::string how = req.device_map.value_or("auto");
+    if (how == "balanced_low_0") throw UsageError("--device-map balanced_low_0 has no meaning across processes (auto, balanced, sequential)");
+    if (how == "auto" || how == "balanced" || how == "sequential") {
+      so.plan.strategy = how;
+      const nlohmann::json config = dispatch::read_model_config(req.model_dir);
+      const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
+      const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
+                                  req.generation.max_new_tokens;
+      const plan::MaxMemory budgets = req.max_memory ? *req.max_memory : plan::get_max_memory();
+      out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note);
+      out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
+      // Disk blocks go to the last process naming a disk budget (every process takes the same
+      // options, so the last one), so only it streams: the others keep no read-ahead room.
+      if (!state.is_last_process()) {
+        std::erase_if(out.reservations, [](const Reservation& x) { return x.what.starts_with("read-ahead"); });
+        out.note.clear();
+      }
+      for (const auto& r : out.reservations) lo.reserve.add(r.device, ByteSize::from_bits(static_cast<std::int64_t>(r.bytes * 8)));
+    } else {
+      so.split_map = dist::split_device_map_from_json(read_json_file(how, file_json_limits, std::size_t{1} << 26));
+    }
+  } else if (req.device_map) {
     out.offload = req.prefetch == 0 ? "sync" : "prefetch:" + std::to_string(req.prefetch);
     lo.offload_folder = req.offload_folder;
     lo.max_memory = req.max_memory;
@@ -341,10 +406,23 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
       lo.device_map = plan::device_map_from_json(read_json_file(*req.device_map, file_json_limits, std::size_t{1} << 26));
     }
   }
-  auto p = req.device_map ? detail::load_placed(req.model_dir, lo, prefetch)
-                          : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
+  std::optional<dist::PipelineStages> stages;
+  dispatch::PretrainedModel p;
+  if (split) {
+    auto m = detail::load_split(state, req.model_dir, lo, so, prefetch);
+    p = std::move(m.model);
+    out.split_map = std::move(m.split_map);
+    stages = m.stages;
+  } else {
+    p = req.device_map ? detail::load_placed(req.model_dir, lo, prefetch) : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
+  }
   bar.finish();
-  if (p.device_map) {
+  if (out.split_map) {
+    for (const auto& [name, t] : p.model->module().named_parameters()) {
+      const auto place = out.split_map->lookup(name);
+      out.placed_bytes[place ? place->str() : "?"] += static_cast<double>(t.nbytes());
+    }
+  } else if (p.device_map) {
     out.device_map = p.device_map;
     for (const auto& [name, t] : p.model->module().named_parameters()) {
       const auto place = p.device_map->lookup(name);
@@ -375,15 +453,35 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   const Tensor ids = Tensor::from_vector(out.prompt_ids, Shape{1, static_cast<std::int64_t>(out.prompt_ids.size())});
   const auto stream = detail::offload_stream(p.model->module());
   if (stream) stream->reset_stats();
+  if (stages) stages->reset_stats();
   const auto gen = models::generate(*p.model, ids, g);
-  if (stream && gen.prefill_seconds + gen.decode_seconds > 0) {
-    out.offload_gb_per_s = static_cast<double>(stream->stats().bytes_read) / (gen.prefill_seconds + gen.decode_seconds) / 1e9;
-  }
-  out.peak_bytes["cpu"] = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes);
+  double streamed = stream ? static_cast<double>(stream->stats().bytes_read) : 0.0;
+  std::map<std::string, double> peaks;
+  peaks["cpu"] = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes);
   for (int i = 0; i < cuda_device_count(); ++i) {
-    out.peak_bytes[std::to_string(i)] = static_cast<double>(memory_stats(Device::cuda(i)).peak_allocated_bytes);
+    peaks[std::to_string(i)] = static_cast<double>(memory_stats(Device::cuda(i)).peak_allocated_bytes);
   }
-  out.peak_bytes["rss"] = detail::peak_rss_bytes();
+  peaks["rss"] = detail::peak_rss_bytes();
+  if (split) {
+    // Every process's peaks, named by process; the disk bytes every process streamed.
+    using Wire = std::vector<std::pair<std::string, double>>;
+    Wire mine(peaks.begin(), peaks.end());
+    mine.emplace_back("streamed", streamed);
+    const auto all = dist::gather_object(state, std::vector<Wire>{mine});
+    streamed = 0;
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      for (const auto& [k, v] : all[r]) {
+        if (k == "streamed") streamed += v;
+        else out.peak_bytes["rank" + std::to_string(r) + ":" + k] = v;
+      }
+    }
+    out.pipeline = stages->stats();
+  } else {
+    out.peak_bytes = peaks;
+  }
+  if ((stream || split) && streamed > 0 && gen.prefill_seconds + gen.decode_seconds > 0) {
+    out.offload_gb_per_s = streamed / (gen.prefill_seconds + gen.decode_seconds) / 1e9;
+  }
   out.generated_ids = gen.new_tokens.front();
   out.ttft_s = gen.prefill_seconds;
   out.tokens_per_s = gen.tokens_per_second();
@@ -396,8 +494,9 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
 
 /// The placement lines of the text output: bytes per device and what was kept free.
 inline void render_placement(const RunResult& r) {
-  if (!r.device_map) return;
+  if (!r.device_map && !r.split_map) return;
   if (!r.note.empty()) std::cout << r.note << "\n";
+  if (r.split_map) std::cout << "split across " << r.processes << " processes, ";
   std::cout << "placement (" << r.offload << "):";
   for (const auto& [where, bytes] : r.placed_bytes) std::cout << " " << where << " " << human_bytes(bytes);
   std::cout << "\n";
@@ -437,8 +536,14 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
     j["load_s"] = r.load_s;
     j["ttft_s"] = r.ttft_s;
     j["tokens_per_s"] = r.tokens_per_s;
-    if (r.device_map) {
-      j["device_map"] = plan::to_ordered_json(*r.device_map);
+    if (r.split_map) {
+      j["processes"] = r.processes;
+      j["split_map"] = dist::to_json(*r.split_map);
+      j["pipeline"] = {{"transfers", r.pipeline.transfers}, {"bytes_sent", r.pipeline.bytes_sent},
+                       {"bytes_received", r.pipeline.bytes_received}, {"broadcasts", r.pipeline.broadcasts}};
+    }
+    if (r.device_map || r.split_map) {
+      if (r.device_map) j["device_map"] = plan::to_ordered_json(*r.device_map);
       j["offload"] = r.offload;
       if (!r.note.empty()) j["offload_note"] = r.note;
       j["placed_bytes"] = r.placed_bytes;
@@ -480,8 +585,16 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
             << " tokens/s\n";
   if (r.offload_gb_per_s) std::cout << "offload stream " << std::setprecision(2) << *r.offload_gb_per_s << " GB/s\n";
   std::cout << "peak:";
-  for (const auto& [where, bytes] : r.peak_bytes) std::cout << " " << (where == "rss" ? "resident set" : where) << " " << human_bytes(bytes);
+  for (const auto& [where, bytes] : r.peak_bytes) {
+    const bool rss = where == "rss" || where.ends_with(":rss");
+    std::cout << " " << (rss ? where.substr(0, where.size() - 3) + "resident set" : where) << " " << human_bytes(bytes);
+  }
   std::cout << "\n";
+  if (r.split_map) {
+    std::cout << "between processes: " << r.pipeline.transfers << " stage transfers sent or received by process 0 ("
+              << human_bytes(static_cast<double>(r.pipeline.bytes_sent + r.pipeline.bytes_received)) << "), "
+              << r.pipeline.broadcasts << " logits broadcasts\n";
+  }
   if (r.check) {
     std::cout << token_check_line(r) << std::setprecision(1) << " [" << r.check->reference_tokens_per_s
               << " tokens/s unrestricted]\n";
@@ -491,6 +604,7 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
 /// The tokens of `r` against those of the same request run without placement.
 inline TokenCheck check_tokens(const RunRequest& req, const RunResult& r) {
   RunRequest plain = req;
+  plain.single_process = true;
   plain.device_map.reset();
   plain.max_memory.reset();
   plain.offload_folder.reset();
@@ -510,16 +624,29 @@ inline TokenCheck check_tokens(const RunRequest& req, const RunResult& r) {
 /// `accel run`.
 inline int run_run(const ParsedArgs& args) {
   RunRequest req = parse_run_request(args);
+  const auto& state = run_state();
+  const int processes = state.num_processes();
+  // Under mpirun process 0 alone prints (and runs the check's reference).
+  const bool main = state.is_main_process();
+  if (!main) {
+    req.quiet = true;
+    req.json = false;
+  }
   std::optional<DefaultModel> model;
   if (req.default_model) {
-    ByteProgressBar bar("Writing the default model", progress_wanted(req.progress, req.quiet) ? &std::cerr : nullptr);
-    model = ensure_default_model(DefaultModelShape::from_env(), bar.callback(), req.quiet ? nullptr : &std::cerr);
-    bar.finish();
+    // Process 0 writes the cache; the others find it written.
+    state.main_process_first([&] {
+      ByteProgressBar bar("Writing the default model", progress_wanted(req.progress, req.quiet) ? &std::cerr : nullptr);
+      model = ensure_default_model(DefaultModelShape::from_env(), bar.callback(), req.quiet ? nullptr : &std::cerr);
+      bar.finish();
+    });
     req.model_dir = model->dir;
     if (req.demo) {
+      // The demo's CPU share of the weights, spread over the processes when there are several.
       req.device_map = "auto";
       req.max_memory = plan::MaxMemory{};
-      req.max_memory->add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(demo_cpu_share * static_cast<double>(model->weight_bytes))));
+      req.max_memory->add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(demo_cpu_share * static_cast<double>(model->weight_bytes) /
+                                                                                processes)));
     }
   }
   // Both runs of a check sample with one seed, or their tokens could not agree.
@@ -533,11 +660,14 @@ inline int run_run(const ParsedArgs& args) {
     std::cout << ")\n";
     if (req.demo) {
       std::cout << "demo budget: --max-memory cpu=" << human_bytes(req.max_memory->find(Placement::cpu())->bytes()) << " ("
-                << static_cast<int>(demo_cpu_share * 100) << "% of the weights); what does not fit is read from disk\n";
+                << static_cast<int>(demo_cpu_share * 100) << "% of the weights"
+                << (processes > 1 ? ", shared by " + std::to_string(processes) + " processes" : std::string())
+                << "); what does not fit is read from disk\n";
     }
     std::cout << std::flush;
   }
   RunResult r = compute_run(req, text ? std::function<void(const RunResult&)>(render_placement) : nullptr);
+  if (!main) return exit_ok;
   if (req.check) r.check = check_tokens(req, r);
   render_run(req, r, model);
   if (r.check && !r.check->identical) {
@@ -604,7 +734,11 @@ inline Command run_command() {
                  "\n"
                  "Greedy decoding unless --temperature, --top-k or --top-p asks for sampling; generation stops\n"
                  "at the model's eos token. Timings: load_s builds and loads the model, ttft_s is the prompt's\n"
-                 "forward and first token, tokens_per_s the decode speed after it.",
+                 "forward and first token, tokens_per_s the decode speed after it.\n"
+                 "\n"
+                 "Under mpirun -np N the model is split across the N processes: each plans from its own\n"
+                 "--max-memory, loads only its blocks, and passes the hidden states on; --device-map is a\n"
+                 "strategy or a JSON file naming processes ({\"model.layers.0\": \"rank1:cpu\", ...}).",
       .run = run_run,
   };
 }

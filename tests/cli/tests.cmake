@@ -128,6 +128,21 @@ if(TARGET accel_cli)
              COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_default_model.py ${group} $<TARGET_FILE:accel_cli>
                      ${CMAKE_CURRENT_BINARY_DIR}/cli_default_model_${group})
   endforeach()
+  # mpirun -np 2 and 3 accel run: the model split across processes, each within its budget, the
+  # single-process tokens (check_split_run.py). Labelled mpi with the dist tests.
+  find_program(ACCEL_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})
+  if(ACCEL_MPI_ENABLED AND ACCEL_MPIEXEC)
+    add_test(NAME cli_run_split
+             COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_split_run.py ${ACCEL_MPIEXEC} $<TARGET_FILE:accel_cli>
+                     ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_run_split)
+    set(split_env "OMP_NUM_THREADS=1")
+    if(ACCEL_SANITIZE)
+      # Open MPI's own allocations, as for the dist tests (tests/dist/tests.cmake).
+      list(APPEND split_env
+           "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/dist/lsan_openmpi.supp:print_suppressions=0:fast_unwind_on_malloc=0")
+    endif()
+    set_tests_properties(cli_run_split PROPERTIES LABELS mpi TIMEOUT 900 ENVIRONMENT "${split_env}")
+  endif()
 else()
   message(STATUS "accel: no CLI tests on checkpoints and configs: the accel_cli target is not built (tools/ is missing)")
 endif()

@@ -18,10 +18,12 @@
 // then GPU 1, fills rank 0, then rank 1, with the same rules (no-split classes stay whole, tied
 // weights share a device, each device a contiguous run of blocks). "auto" and "balanced" first
 // even the ranks' totals with plan::get_balanced_memory, as Accelerate's "auto" and "balanced"
-// even GPUs, and cut each rank's devices to its share; "sequential" does not. What fits on no rank goes to disk on the last rank that names a
-// disk budget (every rank's memory comes first); that rank's first device keeps room for the
-// largest layer, which streams the disk blocks in. No other device keeps that room: nothing else
-// is offloaded. Every process computes the same plan from the same gathered budgets.
+// even GPUs, and cut each rank's devices to its share; "sequential" does not. What fits on no
+// rank goes to disk on the last rank that names a disk budget, else on the last rank (every
+// rank's memory comes first); when something goes to disk, that rank's first device keeps room
+// for the largest layer, which streams the disk blocks in (a second plan). No other device keeps
+// that room: nothing else is offloaded. Every process computes the same plan from the same
+// gathered budgets.
 //
 // Differences from Accelerate: Accelerate places a model within one process (its pipeline
 // inference, prepare_pippy, splits a traced torch graph instead). The rank prefix ("rank1:cpu")
@@ -241,17 +243,21 @@ inline SplitDeviceMap infer_split_device_map(const nn::Module& model, const std:
   if (disk_budget) virt.insert(Placement::disk(), *disk_budget);
   plan::InferOptions infer = o.infer;
   infer.reserve = {};
-  if (disk_rank) {
-    const auto first = std::find_if(of.begin() + 1, of.end(), [&](const RankPlacement& p) { return p.rank == *disk_rank; });
-    if (first != of.end()) {
-      infer.reserve.add(Placement::gpu(static_cast<int>(first - of.begin())),
-                        plan::get_max_layer_size(model, std::nullopt, infer.no_split_module_classes, infer.sizes).max_size);
-    }
+  plan::DeviceMap planned = plan::infer_auto_device_map(model, virt, infer);
+  // Disk blocks stream in on their rank's first device, which then keeps room for the largest
+  // layer; planned again with that room kept when the first plan used the disk.
+  const int streaming = disk_rank.value_or(static_cast<int>(budgets.size()) - 1);
+  const auto first = std::find_if(of.begin() + 1, of.end(), [&](const RankPlacement& p) { return p.rank == streaming; });
+  const bool uses_disk = std::any_of(planned.begin(), planned.end(), [](const auto& e) { return e.second.is_disk(); });
+  if (uses_disk && first != of.end()) {
+    infer.reserve.add(Placement::gpu(static_cast<int>(first - of.begin())),
+                      plan::get_max_layer_size(model, std::nullopt, infer.no_split_module_classes, infer.sizes).max_size);
+    planned = plan::infer_auto_device_map(model, virt, infer);
   }
   SplitDeviceMap out;
-  for (const auto& [name, p] : plan::infer_auto_device_map(model, virt, infer)) {
+  for (const auto& [name, p] : planned) {
     if (p.is_disk()) {
-      out.set(name, {disk_rank.value_or(static_cast<int>(budgets.size()) - 1), Placement::disk()});
+      out.set(name, {streaming, Placement::disk()});
     } else {
       out.set(name, of.at(static_cast<std::size_t>(p.index())));
     }
