@@ -85,6 +85,11 @@ class MpiGroup {
     }
   }
 
+  /// How long a wait keeps testing before it yields; waits for another process's compute (a
+  /// pipeline stage) would only take a core from it, so they set zero for their calls.
+  std::chrono::steady_clock::duration spin_budget() const noexcept { return spin_budget_; }
+  void set_spin_budget(std::chrono::steady_clock::duration d) noexcept { spin_budget_ = d; }
+
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   int local_rank() const noexcept { return local_rank_; }

@@ -3,7 +3,7 @@
 //
 //   std::vector<MaxMemory> b = gather_max_memory(state, mine)        every process's budget, in rank order
 //   auto stages = attach_pipeline_hooks(state, model, split_map)      on a loaded model (see below)
-//   SplitModel m = load_pretrained_split(state, folder, {.dtype = ...}, {.strategy = "balanced"}, budget);
+//   SplitModel m = load_pretrained_split(state, folder, {.dtype = ...}, {.plan = {.strategy = "balanced"}, .max_memory = mine});
 //   models::generate(*m.model.model, ids, g);                         every process calls it, with the same ids
 //
 // How a forward runs. Every process runs the whole forward of the model. The blocks it holds compute;
@@ -78,6 +78,20 @@ struct PipelineRun {
 };
 
 #if defined(ACCEL_WITH_MPI)
+/// While alive, the group's waits yield at once: a stage waits for another process's compute,
+/// and spinning would take a core from it.
+class Patient {
+ public:
+  explicit Patient(MpiGroup& g) : g_(g), before_(g.spin_budget()) { g_.set_spin_budget({}); }
+  ~Patient() { g_.set_spin_budget(before_); }
+  Patient(const Patient&) = delete;
+  Patient& operator=(const Patient&) = delete;
+
+ private:
+  MpiGroup& g_;
+  std::chrono::steady_clock::duration before_;
+};
+
 inline void send_tensor(PipelineRun& run, const Tensor& t, int dest, const char* op) {
   const std::vector<std::byte> bytes = serialize(t.is_cpu() || t.is_meta() ? t : t.to(Device::cpu()));
   const std::uint64_t n = bytes.size();
@@ -132,6 +146,7 @@ class StageHook : public hooks::ModelHook {
     if (from < 0 || from == owner_ || (r.rank != from && r.rank != owner_)) return;
 #if defined(ACCEL_WITH_MPI)
     ++r.stats.transfers;
+    const Patient patient(*r.group);
     const std::string where = "split model, entry '" + name_ + "'";
     if (r.rank == from) {
       args.for_each([&](Tensor& t) {
@@ -164,6 +179,7 @@ class RootHook : public hooks::ModelHook {
     r.holder = -1;
 #if defined(ACCEL_WITH_MPI)
     ++r.stats.broadcasts;
+    const Patient patient(*r.group);
     out.for_each([&](Tensor& t) {
       if (!t.defined()) return;
       std::vector<std::byte> bytes;
