@@ -20,6 +20,7 @@
 #include "cli_estimate_memory.hpp"
 #include "cli_inspect.hpp"
 #include "cli_plan.hpp"
+#include "cli_quantize.hpp"
 #include "cli_run.hpp"
 
 namespace accel::cli {
@@ -31,6 +32,7 @@ inline std::span<const Command> accel_commands() {
       plan_command(),
       inspect_command(),
       run_command(),
+      quantize_command(),
   };
   return commands;
 }

@@ -1,7 +1,8 @@
 // accel run [MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T]
 //           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--disable-mmap]
 //           [--device-map auto|balanced|balanced_low_0|sequential|FILE.json] [--max-memory DEV=SIZE,...]
-//           [--offload-folder DIR] [--offload sync|prefetch:N] [--check] [--json | --quiet] [--progress]
+//           [--quantize nf4|fp4|int8 [--double-quant]] [--offload-folder DIR] [--offload sync|prefetch:N]
+//           [--check] [--json | --quiet] [--progress]
 //
 // Without MODEL_DIR it runs the built-in default model (default_model.hpp), written into the
 // cache on first use, on its default prompt unless one is given. Without --device-map or
@@ -70,6 +71,7 @@
 #include "cli_command.hpp"
 #include "cli_common.hpp"
 #include "cli_progress.hpp"
+#include "cli_quantize.hpp"
 #include "cli_values.hpp"
 #include "default_model.hpp"
 
@@ -105,6 +107,9 @@ struct RunRequest {
   std::size_t prefetch = 2;
   /// Run in this process alone even under mpirun (the token check's reference).
   bool single_process = false;
+  /// --quantize: quantize on load with bitsandbytes (nf4, fp4, int8); --double-quant.
+  std::optional<std::string> quantize;
+  bool double_quant = false;
 };
 
 /// One amount the planner kept free, and why.
@@ -201,6 +206,10 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
     r.max_memory = plan::parse_max_memory(detail::join_values(args.values("--max-memory")), "--max-memory", &std::cerr);
     if (!r.device_map) r.device_map = "auto";
   }
+  r.quantize = args.value("--quantize");
+  r.double_quant = args.flag("--double-quant");
+  if (r.double_quant && !r.quantize) throw UsageError("--double-quant goes with --quantize nf4 or fp4");
+  if (r.quantize) (void)bnb_scheme_config("--quantize", *r.quantize, r.double_quant, DType::f32);
   r.offload_folder = args.value("--offload-folder");
   if (const auto v = args.value("--offload")) r.prefetch = parse_offload_policy(*v);
   if ((r.offload_folder || args.value("--offload")) && !r.device_map && !r.demo) {
@@ -358,10 +367,24 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     const nlohmann::json config = dispatch::read_model_config(req.model_dir);
     const DType compute = req.dtype.value_or(dispatch::detail::config_dtype(config, req.model_dir.string()).value_or(DType::bf16));
     lo.quantizer = quant::GgufQuantizer({.compute_dtype = compute});
+    if (req.quantize) throw UsageError("--quantize: " + req.model_dir.string() + " is a GGUF file, quantized already");
+  } else {
+    // bitsandbytes: quantized on load (--quantize), or a folder saved quantized. The float layers
+    // keep the config's dtype (bitsandbytes' own default would be float16).
+    const nlohmann::json config = dispatch::read_model_config(req.model_dir);
+    const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
+    if (req.quantize) {
+      if (is_bnb_quantized(config)) throw UsageError("--quantize: " + req.model_dir.string() + " is quantized already");
+      lo.quantizer = quant::BnbQuantizer(bnb_scheme_config("--quantize", *req.quantize, req.double_quant, dtype));
+      lo.dtype = dtype;
+    } else if (is_bnb_quantized(config)) {
+      lo.quantizer = quant::BnbQuantizer::from_model_config(config);
+      lo.dtype = dtype;
+    }
   }
   dist::SplitLoadOptions so;
   if (split) {
-    if (lo.quantizer) throw UsageError("a GGUF file runs in one process: its quantized blocks are not split across processes yet");
+    if (lo.quantizer) throw UsageError("a quantized model (a GGUF file, a bitsandbytes folder, --quantize) runs in one process: quantized layers are not split across processes yet");
     out.offload = req.prefetch == 0 ? "sync" : "prefetch:" + std::to_string(req.prefetch);
     lo.offload_folder = req.offload_folder;
     so.max_memory = req.max_memory;
@@ -684,7 +707,8 @@ inline Command run_command() {
       .summary = "generate with a Hugging Face model folder (GPT-2, LLaMA, Mistral, Qwen2) or the built-in model",
       .usage = "[MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
                "       [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--device-map STRATEGY|FILE.json]\n"
-               "       [--max-memory DEV=SIZE,...] [--offload-folder DIR] [--offload sync|prefetch:N] [--check]\n"
+               "       [--max-memory DEV=SIZE,...] [--quantize nf4|fp4|int8 [--double-quant]] [--offload-folder DIR]\n"
+               "       [--offload sync|prefetch:N] [--check]\n"
                "       [--json | --quiet] [--progress]",
       .positionals = {{.name = "MODEL_DIR",
                        .help = "config.json + model.safetensors, a sharded index or pytorch_model.bin\n"
@@ -713,6 +737,10 @@ inline Command run_command() {
                    .help = "budgets per device (0=20GiB,cpu=8GB,disk=...); implies --device-map auto;\n"
                            "default: each GPU's free memory and the CPU memory available now",
                    .repeatable = true},
+                  {.name = "--quantize", .placeholder = "SCHEME",
+                   .help = "quantize on load with bitsandbytes: nf4, fp4 (4-bit) or int8 (LLM.int8);\n"
+                           "a folder saved by `accel quantize` (or transformers) is read as it is"},
+                  {.name = "--double-quant", .help = "with --quantize nf4 / fp4: quantize the absmax again"},
                   {.name = "--offload-folder", .placeholder = "DIR",
                    .help = "where disk weights go (a safetensors checkpoint's are read in place, and\n"
                            "a temporary folder holds the index when this is not given)"},

@@ -128,6 +128,11 @@ if(TARGET accel_cli)
              COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_default_model.py ${group} $<TARGET_FILE:accel_cli>
                      ${CMAKE_CURRENT_BINARY_DIR}/cli_default_model_${group})
   endforeach()
+  # accel quantize (bitsandbytes nf4 / fp4 / int8, transformers' layout) and accel run --quantize:
+  # the saved folder runs as the model quantized on load (check_quantize.py).
+  add_test(NAME cli_quantize
+           COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_quantize.py $<TARGET_FILE:accel_cli>
+                   ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_quantize)
   # mpirun -np 2 and 3 accel run: the model split across processes, each within its budget, the
   # single-process tokens (check_split_run.py). Labelled mpi with the dist tests.
   find_program(ACCEL_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})

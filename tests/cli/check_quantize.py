@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Checks `accel quantize` and `accel run --quantize` on the reference model folders.
+
+Usage: check_quantize.py ACCEL MODELS_DIR WORK_DIR
+  For tiny_llama and tiny_gpt2, each of nf4, nf4 + double quantization, fp4 and int8:
+  - `accel quantize IN OUT --scheme S` writes transformers' layout: config.json with bitsandbytes'
+    quantization_config, model.safetensors with each quantized weight's state tensors beside it
+    (4-bit: packed uint8 [n/2, 1], absmax, quant_map, nested_* with double quantization, the
+    quant_state JSON tensor; int8: int8 weight, SCB, weight_format), fewer bytes for 4-bit;
+  - `accel run OUT` gives the tokens of `accel run IN --quantize S` (the saved folder is the
+    model quantized on load);
+  then the usage and input errors.
+"""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what)
+
+
+def accel(binary, *args):
+    return subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def as_json(proc, what):
+    check(proc.returncode == 0, f"{what}: exit {proc.returncode}: {proc.stderr.strip()}")
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        check(False, f"{what}: stdout is not JSON: {proc.stdout[:200]!r}")
+        return {}
+
+
+def header(path):
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8:8 + n])
+
+
+SCHEMES = [("nf4", False), ("nf4", True), ("fp4", False), ("int8", False)]
+
+
+def main():
+    binary, models, work = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for name in ("tiny_llama", "tiny_gpt2"):
+        src = models / name
+        ids = ",".join(map(str, json.loads((src / "reference.json").read_text())["prompt_ids"]))
+        for scheme, dq in SCHEMES:
+            tag = f"{name} {scheme}{' double-quant' if dq else ''}"
+            out = work / f"{name}_{scheme}{'_dq' if dq else ''}"
+            extra = ["--double-quant"] if dq else []
+            q = as_json(accel(binary, "quantize", src, out, "--scheme", scheme, *extra, "--json"), f"{tag}: quantize")
+            check(q.get("layers_quantized", 0) > 0, f"{tag}: layers quantized {q.get('layers_quantized')}")
+            if scheme != "int8":
+                check(q.get("output_bytes", 1e30) < 0.6 * q.get("input_bytes", 0), f"{tag}: 4-bit output is smaller: {q}")
+            config = json.loads((out / "config.json").read_text())
+            qc = config.get("quantization_config", {})
+            check(qc.get("quant_method") == "bitsandbytes", f"{tag}: quant_method {qc}")
+            check(qc.get("load_in_4bit") == (scheme != "int8") and qc.get("load_in_8bit") == (scheme == "int8"),
+                  f"{tag}: load_in flags {qc}")
+            if scheme != "int8":
+                check(qc.get("bnb_4bit_quant_type") == scheme and qc.get("bnb_4bit_use_double_quant") == dq,
+                      f"{tag}: 4-bit fields {qc}")
+            h = header(out / "model.safetensors")
+            packed = [k[: -len(".absmax")] for k in h if k.endswith(".weight.absmax")]
+            if scheme == "int8":
+                scb = [k for k in h if k.endswith(".SCB")]
+                check(len(scb) == q.get("layers_quantized"), f"{tag}: one SCB per layer: {len(scb)}")
+                for k in scb:
+                    w = h.get(k[: -len(".SCB")] + ".weight", {})
+                    check(w.get("dtype") == "I8", f"{tag}: {k}: int8 weight {w.get('dtype')}")
+                    check(k[: -len(".SCB")] + ".weight_format" in h, f"{tag}: {k}: weight_format beside it")
+            else:
+                check(len(packed) == q.get("layers_quantized"), f"{tag}: one absmax per layer: {len(packed)}")
+                for w in packed:
+                    e = h.get(w, {})
+                    check(e.get("dtype") == "U8" and len(e.get("shape", [])) == 2 and e["shape"][1] == 1,
+                          f"{tag}: {w}: packed uint8 [n/2, 1]: {e}")
+                    for side in (".quant_map", f".quant_state.bitsandbytes__{scheme}"):
+                        check(w + side in h, f"{tag}: {w}{side} beside it")
+                    check((w + ".nested_absmax" in h) == dq, f"{tag}: {w}: nested absmax only with double quantization")
+            saved = as_json(accel(binary, "run", out, "--ids", ids, "--max-new-tokens", 10, "--json"), f"{tag}: run OUT")
+            onload = as_json(accel(binary, "run", src, "--ids", ids, "--max-new-tokens", 10, "--quantize", scheme, *extra,
+                                   "--json"), f"{tag}: run --quantize")
+            check(saved.get("generated_ids") == onload.get("generated_ids") and saved.get("generated_ids"),
+                  f"{tag}: saved {saved.get('generated_ids')} != on load {onload.get('generated_ids')}")
+
+    src = models / "tiny_llama"
+    bad = accel(binary, "quantize", src, work / "x", "--scheme", "q2_k")
+    check(bad.returncode == 2 and "q2_k" in bad.stderr, f"unknown scheme: {bad.returncode} {bad.stderr.strip()}")
+    bad = accel(binary, "quantize", src, work / "x", "--scheme", "int8", "--double-quant")
+    check(bad.returncode == 2 and "double-quant" in bad.stderr, f"int8 --double-quant: {bad.stderr.strip()}")
+    bad = accel(binary, "quantize", work / "tiny_llama_nf4", work / "y", "--scheme", "nf4")
+    check(bad.returncode == 1 and "quantized already" in bad.stderr, f"quantizing a quantized folder: {bad.stderr.strip()}")
+    bad = accel(binary, "run", src, "--ids", "1,2", "--double-quant")
+    check(bad.returncode == 2 and "--quantize" in bad.stderr, f"--double-quant alone: {bad.stderr.strip()}")
+    bad = accel(binary, "quantize", src, work / "x")
+    check(bad.returncode == 2 and "--scheme" in bad.stderr, f"no --scheme: {bad.stderr.strip()}")
+
+    print(f"quantize: {'FAILED ' + str(len(FAILURES)) if FAILURES else 'ok'}")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+// accel quantize IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json] [--progress]
+//
+//   QuantizeRequest r = parse_quantize_request(args);
+//   QuantizeResult  q = compute_quantize(r);       the model loaded with BnbQuantizer, saved as transformers saves it
+//   render_quantize(r, q);
+//
+// Quantizes a Hugging Face model folder on load (bitsandbytes' NF4 / FP4, with --double-quant the
+// absmax quantized again, or LLM.int8) and writes OUT_DIR in transformers' layout: model.safetensors
+// with each quantized weight's state tensors beside it, config.json with "quantization_config", and
+// the folder's tokenizer.json / generation_config.json / tokenizer_config.json copied. The folder
+// loads back here (`accel run OUT_DIR`) and in transformers. Each float weight is quantized as it
+// streams in, so memory holds the quantized bytes plus one tensor. The float dtype (what the kept
+// layers hold and what weights are rounded to before quantizing) is --dtype, else config.json's.
+// `bnb_scheme_config` is also what `accel run --quantize` uses.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/dtype.hpp"
+#include "accel/core/errors.hpp"
+#include "accel/core/memory_stats.hpp"
+#include "accel/dispatch/load_pretrained.hpp"
+#include "accel/io/checkpoint_files.hpp"
+#include "accel/quant/bnb_quantizer.hpp"
+#include "cli_command.hpp"
+#include "cli_common.hpp"
+#include "cli_progress.hpp"
+
+namespace accel::cli {
+
+/// The bitsandbytes config of a --scheme / --quantize value: nf4, fp4 (4-bit, computing in
+/// `compute`) or int8 (LLM.int8 with the default threshold). UsageError for anything else.
+inline quant::BitsAndBytesConfig bnb_scheme_config(const std::string& option, const std::string& scheme, bool double_quant,
+                                                   DType compute) {
+  quant::BitsAndBytesConfig c;
+  if (scheme == "int8") {
+    if (double_quant) throw UsageError(option + " int8: --double-quant applies to nf4 and fp4 only");
+    c.load_in_8bit = true;
+  } else if (scheme == "nf4" || scheme == "fp4") {
+    c.load_in_4bit = true;
+    c.bnb_4bit_quant_type = scheme == "nf4" ? quant::BnbQuantType::nf4 : quant::BnbQuantType::fp4;
+    c.bnb_4bit_use_double_quant = double_quant;
+    c.bnb_4bit_compute_dtype = compute;
+  } else {
+    throw UsageError(option + ": '" + scheme + "' is not a scheme here (nf4, fp4, int8)");
+  }
+  return c;
+}
+
+/// True when `config` (a config.json object) says its checkpoint was saved quantized by bitsandbytes.
+inline bool is_bnb_quantized(const nlohmann::json& config) {
+  const auto it = config.find("quantization_config");
+  return it != config.end() && it->is_object() && it->value("quant_method", std::string()) == "bitsandbytes";
+}
+
+/// What `accel quantize` was asked.
+struct QuantizeRequest {
+  std::filesystem::path in, out;
+  std::string scheme;
+  bool double_quant = false;
+  std::optional<DType> dtype;
+  bool json = false;
+  bool progress = false;
+};
+
+/// What it did.
+struct QuantizeResult {
+  std::string model_type;
+  DType dtype = DType::f32;
+  std::size_t swapped = 0;          ///< layers quantized
+  double input_bytes = 0;           ///< the checkpoint's tensor bytes
+  double output_bytes = 0;          ///< model.safetensors written
+  double seconds = 0;
+  double peak_bytes = 0;            ///< the CPU allocator's peak while loading and saving
+};
+
+inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
+  QuantizeRequest r;
+  r.in = args.positional(0);
+  r.out = args.positional(1);
+  r.scheme = *args.value("--scheme");
+  r.double_quant = args.flag("--double-quant");
+  if (const auto v = args.value("--dtype")) {
+    const auto d = try_dtype_from_string(*v);
+    if (!d || (*d != DType::f32 && *d != DType::f16 && *d != DType::bf16)) {
+      throw ValueError("--dtype: '" + *v + "' is not one of float32, float16, bfloat16");
+    }
+    r.dtype = d;
+  }
+  r.json = args.flag("--json");
+  r.progress = args.flag("--progress");
+  (void)bnb_scheme_config("--scheme", r.scheme, r.double_quant, DType::f32);  // usage errors before any file is read
+  std::error_code ec;
+  if (std::filesystem::equivalent(r.in, r.out, ec)) throw UsageError("OUT_DIR must not be IN_DIR");
+  return r;
+}
+
+inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QuantizeResult q;
+  const nlohmann::json config = dispatch::read_model_config(r.in);
+  if (dispatch::is_gguf_model(r.in)) throw UsageError(r.in.string() + ": a GGUF file is quantized already; give a model folder");
+  if (is_bnb_quantized(config)) throw ValueError((r.in / "config.json").string() + ": the model is quantized already");
+  const DType dtype = r.dtype.value_or(dispatch::detail::config_dtype(config, (r.in / "config.json").string()).value_or(DType::f32));
+  quant::BnbQuantizer quantizer(bnb_scheme_config("--scheme", r.scheme, r.double_quant, dtype));
+  reset_peak_memory_stats(Device::cpu());
+  ByteProgressBar bar("Quantizing", progress_wanted(r.progress, false) ? &std::cerr : nullptr);
+  auto p = dispatch::load_pretrained_causal_lm(r.in, {.dtype = dtype, .show_progress = false, .progress = bar.callback(),
+                                                      .quantizer = dispatch::AnyQuantizer(quantizer)});
+  bar.finish();
+  q.model_type = p.model->info().model_type;
+  q.dtype = p.dtype;
+  for (const nn::Module* m : p.model->module().modules()) {
+    q.swapped += m->class_name() == "Linear4bit" || m->class_name() == "Linear8bitLt";
+  }
+  for (const auto& f : io::resolve_checkpoint_files(io::resolve_checkpoint_folder(r.in).path.string())) {
+    q.input_bytes += static_cast<double>(std::filesystem::file_size(f));
+  }
+  nlohmann::json out_config = config;
+  out_config["torch_dtype"] = std::string(dtype_name(dtype));
+  quant::save_bnb_model(p.model->module(), out_config, r.out, quantizer.config());
+  for (const char* extra : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"}) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(r.in / extra, ec)) {
+      std::filesystem::copy_file(r.in / extra, r.out / extra, std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  q.output_bytes = static_cast<double>(std::filesystem::file_size(r.out / "model.safetensors"));
+  q.peak_bytes = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes);
+  q.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return q;
+}
+
+inline void render_quantize(const QuantizeRequest& r, const QuantizeResult& q) {
+  if (r.json) {
+    nlohmann::ordered_json j;
+    j["in"] = r.in.string();
+    j["out"] = r.out.string();
+    j["scheme"] = r.scheme;
+    j["double_quant"] = r.double_quant;
+    j["model_type"] = q.model_type;
+    j["dtype"] = std::string(dtype_name(q.dtype));
+    j["layers_quantized"] = q.swapped;
+    j["input_bytes"] = q.input_bytes;
+    j["output_bytes"] = q.output_bytes;
+    j["peak_bytes"] = q.peak_bytes;
+    j["seconds"] = q.seconds;
+    std::cout << dump_json(j, 2) << "\n";
+    return;
+  }
+  std::cout << std::fixed << std::setprecision(2) << q.model_type << " (" << dtype_name(q.dtype) << "): " << q.swapped
+            << " layers quantized as " << r.scheme << (r.double_quant ? " with double quantization" : "") << ", "
+            << human_bytes(q.input_bytes) << " -> " << human_bytes(q.output_bytes) << " in " << r.out.string() << " ("
+            << q.seconds << " s, CPU peak " << human_bytes(q.peak_bytes) << ")\n";
+}
+
+inline int run_quantize(const ParsedArgs& args) {
+  const QuantizeRequest r = parse_quantize_request(args);
+  render_quantize(r, compute_quantize(r));
+  return exit_ok;
+}
+
+/// The `accel quantize` entry of the command table.
+inline Command quantize_command() {
+  return {
+      .name = "quantize",
+      .summary = "quantize a model folder with bitsandbytes' NF4 / FP4 / int8, saved as transformers saves it",
+      .usage = "IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json] [--progress]",
+      .positionals = {{.name = "IN_DIR", .help = "a Hugging Face model folder (config.json + checkpoint)"},
+                      {.name = "OUT_DIR", .help = "where the quantized folder is written (created)"}},
+      .options = {{.name = "--scheme", .placeholder = "SCHEME", .help = "nf4, fp4 (4-bit, blocks of 64) or int8 (LLM.int8)",
+                   .required = true},
+                  {.name = "--double-quant", .help = "quantize the 4-bit absmax again (8-bit, blocks of 256)"},
+                  {.name = "--dtype", .placeholder = "DTYPE",
+                   .help = "float32, float16 or bfloat16: the layers kept float, and what weights are rounded\n"
+                           "to before quantizing (default: config.json's torch_dtype)"},
+                  {.name = "--json", .help = "one JSON object: scheme, layers_quantized, input_bytes, output_bytes, peak_bytes"},
+                  {.name = "--progress", .help = "a progress bar on stderr even when it is not a terminal"}},
+      .details = "The output folder loads back with `accel run OUT_DIR` and in transformers (quantization_config\n"
+                 "in config.json). The output head and weights tied to the embedding stay float.",
+      .run = run_quantize,
+  };
+}
+
+}  // namespace accel::cli
