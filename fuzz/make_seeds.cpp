@@ -3,7 +3,7 @@
 //
 //   make_seeds <out-dir>     -> <out-dir>/{fuzz_safetensors_header,fuzz_sharded_index,
 //                                          fuzz_offload_index,fuzz_torch_bin,fuzz_torch_pickle,
-//                                          fuzz_gguf}/seed-*
+//                                          fuzz_gguf,fuzz_bnb_state}/seed-*
 //
 // Seeds stay small (a few hundred bytes to a few KB): libFuzzer mutates small inputs faster,
 // and every format feature is reachable with a handful of elements.
@@ -29,6 +29,8 @@
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/torch_bin_write.hpp"
 #include "accel/io/zip.hpp"
+#include "accel/quant/bnb_4bit.hpp"
+#include "accel/quant/bnb_int8.hpp"
 
 namespace fs = std::filesystem;
 using accel::DType;
@@ -301,6 +303,62 @@ void gguf_seeds(const fs::path& dir, const fs::path& tmp) {
   }
 }
 
+// Pre-quantized bitsandbytes layers as transformers saves them: "<layer>.weight" (packed 4-bit
+// bytes) beside quant_state_to_tensors' tensors, or int8_weight_to_tensors' CB / SCB /
+// weight_format. Each file is read back with the readers, so every seed is a state they accept.
+void bnb_seeds(const fs::path& dir, const fs::path& tmp) {
+  using accel::io::NamedTensors;
+  using accel::quant::BnbQuantType;
+  const auto four_bit = [](NamedTensors& out, const std::string& layer, const Shape& shape, DType dtype,
+                           BnbQuantType type, std::int64_t blocksize, bool double_quant) {
+    const auto w = accel::quant::quantize_4bit(iota(shape, DType::f32), {blocksize, type, double_quant, dtype});
+    out.emplace_back(layer + ".weight", w.packed);
+    for (auto& t : accel::quant::quant_state_to_tensors(w.state, layer + ".weight")) out.push_back(std::move(t));
+  };
+  const auto int8 = [](NamedTensors& out, const std::string& layer, const Shape& shape, bool with_format) {
+    for (auto& t : accel::quant::int8_weight_to_tensors(accel::quant::quantize_int8_weight(iota(shape, DType::f16)), layer)) {
+      if (with_format || !t.first.ends_with(".weight_format")) out.push_back(std::move(t));
+    }
+  };
+  std::vector<std::pair<std::string, NamedTensors>> files(7);
+  files[0].first = "nf4";
+  four_bit(files[0].second, "model.layers.0.mlp.down_proj", {4, 64}, DType::bf16, BnbQuantType::nf4, 64, false);
+  // Double quantization, with more blocks than one nested block of 256 holds.
+  files[1].first = "nf4-double";
+  four_bit(files[1].second, "q_proj", {24, 384}, DType::f16, BnbQuantType::nf4, 32, true);
+  // An odd element count: the last byte's low nibble is padding.
+  files[2].first = "fp4-odd";
+  four_bit(files[2].second, "lm_head", {3, 41}, DType::f32, BnbQuantType::fp4, 128, false);
+  files[3].first = "fp4-double";
+  four_bit(files[3].second, "fc1", {2, 64}, DType::bf16, BnbQuantType::fp4, 4096, true);
+  files[4].first = "int8";
+  int8(files[4].second, "model.layers.0.self_attn.o_proj", {4, 8}, true);
+  files[5].first = "int8-no-format";
+  int8(files[5].second, "fc2", {3, 5}, false);
+  // Both kinds in one file, and a 4-bit state whose packed weight is not in it (a sharded
+  // checkpoint's state read apart from the weight).
+  files[6].first = "mixed";
+  four_bit(files[6].second, "a", {8, 32}, DType::f16, BnbQuantType::nf4, 64, true);
+  int8(files[6].second, "b", {2, 16}, true);
+  four_bit(files[6].second, "c", {1, 64}, DType::f32, BnbQuantType::fp4, 32, false);
+  std::erase_if(files[6].second, [](const auto& t) { return t.first == "c.weight"; });
+
+  for (const auto& [name, tensors] : files) {
+    const fs::path f = tmp / ("bnb-" + name + ".safetensors");
+    accel::io::save_file(tensors, f.string());
+    const auto file = accel::io::SafetensorsFile::open(f.string());
+    std::map<std::string, Tensor> read;
+    for (const auto& k : file.keys()) read.emplace(k, file.tensor(k));
+    for (const auto& [k, t] : read) {
+      if (const auto at = k.find(".quant_state."); at != std::string::npos) {
+        (void)accel::quant::quant_state_from_tensors(k.substr(0, at), read);
+      }
+      if (k.ends_with(".SCB")) (void)accel::quant::int8_weight_from_tensors(k.substr(0, k.size() - 4), read);
+    }
+    fs::copy_file(f, dir / ("seed-" + name), fs::copy_options::overwrite_existing);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -312,7 +370,7 @@ int main(int argc, char** argv) {
   const fs::path tmp = fs::temp_directory_path() / ("accel-make-seeds-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   for (const char* t : {"fuzz_safetensors_header", "fuzz_sharded_index", "fuzz_offload_index", "fuzz_torch_bin",
-                        "fuzz_torch_pickle", "fuzz_gguf"}) {
+                        "fuzz_torch_pickle", "fuzz_gguf", "fuzz_bnb_state"}) {
     fs::create_directories(out / t);
   }
   safetensors_seeds(out / "fuzz_safetensors_header", tmp);
@@ -321,10 +379,11 @@ int main(int argc, char** argv) {
   torch_bin_seeds(out / "fuzz_torch_bin", tmp);
   torch_pickle_seeds(out / "fuzz_torch_pickle", tmp);
   gguf_seeds(out / "fuzz_gguf", tmp);
+  bnb_seeds(out / "fuzz_bnb_state", tmp);
   fs::remove_all(tmp);
   // A seed the parser rejects would start the fuzzer off the format: check them all. (The
   // regress-* inputs beside them are past crashes, rejected on purpose; the pickle seeds were
-  // checked against their archives above.)
+  // checked against their archives above, the bitsandbytes seeds against the state readers.)
   for (const auto& e : fs::recursive_directory_iterator(out)) {
     if (!e.is_regular_file() || !e.path().filename().string().starts_with("seed-")) continue;
     const std::string target = e.path().parent_path().filename().string();
@@ -335,6 +394,7 @@ int main(int argc, char** argv) {
     if (target == "fuzz_offload_index") (void)accel::io::parse_offload_index(bytes, name);
     if (target == "fuzz_torch_bin") (void)accel::io::parse_torch_bin(accel::io::as_bytes(bytes), name);
     if (target == "fuzz_gguf") (void)accel::io::parse_gguf(accel::io::as_bytes(bytes), name);
+    if (target == "fuzz_bnb_state") (void)accel::io::parse_safetensors_header(accel::io::as_bytes(bytes), name);
   }
   return 0;
 }
