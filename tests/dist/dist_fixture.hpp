@@ -30,6 +30,13 @@ inline const CpuState& state() {
 }
 
 inline int world() { return state().num_processes(); }
+
+/// Turns debug mode on (or off) for the scope, on every process (each must construct one).
+struct DebugScope {
+  explicit DebugScope(bool on) : was(state().debug()) { state().set_debug(on); }
+  ~DebugScope() { state().set_debug(was); }
+  bool was;
+};
 inline int rank() { return state().process_index(); }
 
 /// Every dtype the tensor layer has.

@@ -13,15 +13,6 @@
 using namespace accel_dist_test;
 namespace dist = accel::dist;
 
-namespace {
-/// Turns debug mode on for the scope, on every process.
-struct DebugScope {
-  explicit DebugScope(bool on) : was(state().debug()) { state().set_debug(on); }
-  ~DebugScope() { state().set_debug(was); }
-  bool was;
-};
-}  // namespace
-
 TEST_CASE("debug mode reads ACCEL_DEBUG_MODE, else ACCELERATE_DEBUG_MODE", "[dist][mpi]") {
   {
     auto env = accel::patch_environment({{"ACCELERATE_DEBUG_MODE", "1"}, {"ACCEL_DEBUG_MODE", "0"}});

@@ -96,13 +96,6 @@ std::vector<std::vector<std::size_t>> layout(const dist::GradReducer<accel::poli
   return out;
 }
 
-/// Turns debug mode on for the scope, on every process.
-struct DebugScope {
-  explicit DebugScope(bool on) : was(state().debug()) { state().set_debug(on); }
-  ~DebugScope() { state().set_debug(was); }
-  bool was;
-};
-
 std::size_t reduces_per_call(std::size_t buckets) { return world() > 1 ? buckets : 0; }
 
 }  // namespace

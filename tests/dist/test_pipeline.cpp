@@ -17,6 +17,10 @@
 #include "accel/plan/module_sizes.hpp"
 #include "dist_fixture.hpp"
 
+// Everything in a namespace of its own: the layer's tests compile as one translation unit, and
+// these using-directives must not reach the other files.
+namespace dist_split_test {
+
 namespace fs = std::filesystem;
 using namespace accel;
 using namespace accel_dist_test;
@@ -246,3 +250,5 @@ TEST_CASE("A planned split keeps each process within its budget", "[dist][split]
   const double peak = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes - before);
   CHECK(peak <= (weights + running).bytes());
 }
+
+}  // namespace dist_split_test
