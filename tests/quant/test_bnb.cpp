@@ -19,6 +19,9 @@
 #include "accel/quant/bnb_config.hpp"
 #include "accel/quant/bnb_int8.hpp"
 
+// A namespace of its own: the layer's tests compile as one translation unit.
+namespace quant_bnb_test {
+
 using namespace accel;
 using namespace accel::quant;
 
@@ -631,3 +634,5 @@ TEST_CASE("BnbQuantizationConfig is Accelerate's dataclass", "[quant][bnb]") {
   refuses(R"({"load_in_8bit": true, "llm_int8_threshold": -2})", "llm_int8_threshold");
   refuses(R"({"load_in_8bit": true, "target_dtype": "int8"})", "keep_in_fp32_modules");
 }
+
+}  // namespace quant_bnb_test

@@ -34,6 +34,9 @@
 #include "accel/quant/bnb_linear.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
 
+// A namespace of its own: the layer's tests compile as one translation unit.
+namespace quant_bnb_quantizer_test {
+
 namespace fs = std::filesystem;
 using namespace accel;
 using namespace accel::quant;
@@ -564,3 +567,5 @@ TEST_CASE("state tensors handed to create_quantized_param after their weight com
                                            Device::cuda(0)),
                   DeviceError);
 }
+
+}  // namespace quant_bnb_quantizer_test
