@@ -382,6 +382,22 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
       lo.dtype = dtype;
     }
   }
+  // What generation needs beside the weights, kept free where a strategy plans (keep_read_ahead:
+  // room for the read-ahead ring, where disk blocks stream in).
+  const auto reserve_for_generation = [&](bool keep_read_ahead) {
+    const nlohmann::json config = dispatch::read_model_config(req.model_dir);
+    const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
+    const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
+                                req.generation.max_new_tokens;
+    const plan::MaxMemory budgets = req.max_memory ? *req.max_memory : plan::get_max_memory();
+    out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note);
+    out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
+    if (!keep_read_ahead) {
+      std::erase_if(out.reservations, [](const Reservation& x) { return x.what.starts_with("read-ahead"); });
+      out.note.clear();
+    }
+    for (const auto& r : out.reservations) lo.reserve.add(r.device, ByteSize::from_bits(static_cast<std::int64_t>(r.bytes * 8)));
+  };
   dist::SplitLoadOptions so;
   if (split) {
     if (lo.quantizer) throw UsageError("a quantized model (a GGUF file, a bitsandbytes folder, --quantize) runs in one process: quantized layers are not split across processes yet");
@@ -392,20 +408,9 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     if (how == "balanced_low_0") throw UsageError("--device-map balanced_low_0 has no meaning across processes (auto, balanced, sequential)");
     if (how == "auto" || how == "balanced" || how == "sequential") {
       so.plan.strategy = how;
-      const nlohmann::json config = dispatch::read_model_config(req.model_dir);
-      const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
-      const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
-                                  req.generation.max_new_tokens;
-      const plan::MaxMemory budgets = req.max_memory ? *req.max_memory : plan::get_max_memory();
-      out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note);
-      out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
       // Disk blocks go to the last process naming a disk budget (every process takes the same
       // options, so the last one), so only it streams: the others keep no read-ahead room.
-      if (!state.is_last_process()) {
-        std::erase_if(out.reservations, [](const Reservation& x) { return x.what.starts_with("read-ahead"); });
-        out.note.clear();
-      }
-      for (const auto& r : out.reservations) lo.reserve.add(r.device, ByteSize::from_bits(static_cast<std::int64_t>(r.bytes * 8)));
+      reserve_for_generation(state.is_last_process());
     } else {
       so.split_map = dist::split_device_map_from_json(read_json_file(how, file_json_limits, std::size_t{1} << 26));
     }
@@ -417,14 +422,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
                           *req.device_map == "balanced_low_0" || *req.device_map == "sequential";
     if (strategy) {
       lo.device_map = *req.device_map;
-      const nlohmann::json config = dispatch::read_model_config(req.model_dir);
-      const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
-      const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
-                                  req.generation.max_new_tokens;
-      const plan::MaxMemory budgets = req.max_memory ? *req.max_memory : plan::get_max_memory();
-      out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note);
-      out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
-      for (const auto& r : out.reservations) lo.reserve.add(r.device, ByteSize::from_bits(static_cast<std::int64_t>(r.bytes * 8)));
+      reserve_for_generation(true);
     } else {
       lo.device_map = plan::device_map_from_json(read_json_file(*req.device_map, file_json_limits, std::size_t{1} << 26));
     }
