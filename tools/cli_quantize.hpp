@@ -32,6 +32,7 @@
 #include "cli_command.hpp"
 #include "cli_common.hpp"
 #include "cli_progress.hpp"
+#include "cli_values.hpp"
 
 namespace accel::cli {
 
@@ -87,13 +88,7 @@ inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
   r.out = args.positional(1);
   r.scheme = *args.value("--scheme");
   r.double_quant = args.flag("--double-quant");
-  if (const auto v = args.value("--dtype")) {
-    const auto d = try_dtype_from_string(*v);
-    if (!d || (*d != DType::f32 && *d != DType::f16 && *d != DType::bf16)) {
-      throw ValueError("--dtype: '" + *v + "' is not one of float32, float16, bfloat16");
-    }
-    r.dtype = d;
-  }
+  if (const auto v = args.value("--dtype")) r.dtype = parse_float_dtype("--dtype", *v);
   r.json = args.flag("--json");
   r.progress = args.flag("--progress");
   (void)bnb_scheme_config("--scheme", r.scheme, r.double_quant, DType::f32);  // usage errors before any file is read

@@ -187,13 +187,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
   if (const auto v = args.value("--seed")) {
     g.seed = static_cast<std::uint64_t>(parse_integer("--seed", *v, 0, std::numeric_limits<std::int64_t>::max()));
   }
-  if (const auto v = args.value("--dtype")) {
-    const auto d = try_dtype_from_string(*v);
-    if (!d || (*d != DType::f32 && *d != DType::f16 && *d != DType::bf16)) {
-      throw ValueError("--dtype: '" + *v + "' is not one of float32, float16, bfloat16");
-    }
-    r.dtype = d;
-  }
+  if (const auto v = args.value("--dtype")) r.dtype = parse_float_dtype("--dtype", *v);
   r.disable_mmap = args.flag("--disable-mmap");
   r.json = args.flag("--json");
   r.quiet = args.flag("--quiet");

@@ -3,6 +3,7 @@
 //   parse_integer("--kv-cache", "4096", 1, max)   4096
 //   parse_real("--temperature", "0.7", 0, 100)   0.7
 //   parse_offload_policy("prefetch:3")            3 (blocks read ahead; sync is 0)
+//   parse_float_dtype("--dtype", "bfloat16")      DType::bf16 (float32, float16 or bfloat16)
 //
 // Byte sizes and DEVICE=SIZE lists are read by the library itself (accel::parse_byte_size,
 // plan::parse_max_memory), with the option's name passed in for the messages.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "accel/core/byte_size.hpp"
+#include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/plan/max_memory.hpp"
 #include "cli_options.hpp"
@@ -86,6 +88,15 @@ inline double parse_real(std::string_view option, const std::string& text, doubl
 
 /// `--offload sync|prefetch|prefetch:N`: the blocks read ahead (0 for sync; prefetch alone is 2;
 /// N 1-4, the policies the CLI compiles).
+/// A model's floating dtype as --dtype names it: float32, float16 or bfloat16 (torch's names).
+inline DType parse_float_dtype(std::string_view option, const std::string& text) {
+  const auto d = try_dtype_from_string(text);
+  if (!d || (*d != DType::f32 && *d != DType::f16 && *d != DType::bf16)) {
+    throw ValueError(std::string(option) + ": '" + text + "' is not one of float32, float16, bfloat16");
+  }
+  return *d;
+}
+
 inline std::size_t parse_offload_policy(const std::string& text) {
   if (text == "sync") return 0;
   if (text == "prefetch") return 2;
