@@ -6,8 +6,9 @@
 //
 // Without MODEL_DIR it runs the built-in default model (default_model.hpp), written into the
 // cache on first use, on its default prompt unless one is given. Without --device-map or
-// --max-memory too, that is the demo: a CPU budget of demo_cpu_share of the model's weights,
-// the rest on disk, and --check.
+// --max-memory too, that is the demo: a CPU budget of demo_cpu_share of the model's weights
+// (with a GPU: demo_gpu_share of them on GPU 0 and demo_cpu_share_beside_gpu on the CPU), the
+// rest on disk, and --check.
 //
 // Placement: --device-map or --max-memory (which implies --device-map auto) loads each weight
 // straight to its place and runs the model with hooks that stream the offloaded blocks in
@@ -26,8 +27,8 @@
 // text output shows the placement (once loaded), the generated text (or ids), the load time, the
 // time to first token and the decode speed; --json prints {"prompt_ids", "generated_ids" (new
 // tokens only), "text" (with a tokenizer), "load_s", "ttft_s", "tokens_per_s", ...}; --quiet
-// prints the generated text alone. --check generates again with every weight on the CPU and no
-// hooks (sampling runs share one seed) and compares the new tokens: a difference exits 1 naming
+// prints the generated text alone. --check generates again with every weight on the CPU (on the
+// GPU, when the placed run computed on one) and no hooks (sampling runs share one seed) and compares the new tokens: a difference exits 1 naming
 // the first differing position. A progress bar over the checkpoint's bytes goes to stderr while
 // loading, when stderr is a terminal or --progress is given (never under --quiet).
 //
@@ -80,6 +81,10 @@ namespace accel::cli {
 /// The demo's CPU budget, as a share of the default model's weights: a few blocks stay in
 /// memory beside the read-ahead ring, the rest is read from disk at every token.
 inline constexpr double demo_cpu_share = 0.6;
+/// Where a GPU is visible the demo spans the three tiers: GPU 0 holds this share of the weights
+/// (less what generation keeps free there), the CPU the next, disk the rest.
+inline constexpr double demo_gpu_share = 0.6;
+inline constexpr double demo_cpu_share_beside_gpu = 0.3;
 
 /// What `accel run` was asked.
 struct RunRequest {
@@ -88,7 +93,7 @@ struct RunRequest {
   bool default_model = false;
   /// The default model without --device-map or --max-memory: the demo budget and --check.
   bool demo = false;
-  /// Generate again with every weight on the CPU and compare the tokens.
+  /// Generate again with every weight on one device and no hooks, and compare the tokens.
   bool check = false;
   bool quiet = false;
   /// --progress: progress bars on stderr even when it is not a terminal.
@@ -107,6 +112,9 @@ struct RunRequest {
   std::size_t prefetch = 2;
   /// Run in this process alone even under mpirun (the token check's reference).
   bool single_process = false;
+  /// Every weight on this device, no hooks (the token check's reference where the placed run
+  /// computed on a GPU: the same kernels, so the same tokens); unset: the CPU.
+  std::optional<Placement> whole_on;
   /// --quantize: quantize on load with bitsandbytes (nf4, fp4, int8); --double-quant.
   std::optional<std::string> quantize;
   bool double_quant = false;
@@ -119,8 +127,9 @@ struct Reservation {
   double bytes = 0;
 };
 
-/// The tokens of an unrestricted run (every weight on the CPU, no hooks) against the placed run's.
+/// The tokens of an unrestricted run (every weight on one device, no hooks) against the placed run's.
 struct TokenCheck {
+  Placement device;  ///< where the unrestricted run's weights were
   bool identical = false;
   std::optional<std::size_t> first_difference;  ///< index into the new tokens
   std::vector<std::int64_t> reference_ids;
@@ -420,6 +429,10 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     } else {
       lo.device_map = plan::device_map_from_json(read_json_file(*req.device_map, file_json_limits, std::size_t{1} << 26));
     }
+  } else if (req.whole_on) {
+    plan::DeviceMap whole;
+    whole.set("", *req.whole_on);
+    lo.device_map = std::move(whole);
   }
   std::optional<dist::PipelineStages> stages;
   dispatch::PretrainedModel p;
@@ -429,7 +442,8 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     out.split_map = std::move(m.split_map);
     stages = m.stages;
   } else {
-    p = req.device_map ? detail::load_placed(req.model_dir, lo, prefetch) : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
+    p = req.device_map || req.whole_on ? detail::load_placed(req.model_dir, lo, prefetch)
+                                       : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
   }
   bar.finish();
   if (out.split_map) {
@@ -465,7 +479,9 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   if (tok && g.eos_token_ids.empty() && p.model->info().eos_token_ids.empty() && tok->eos_id()) {
     g.eos_token_ids = {static_cast<std::int64_t>(*tok->eos_id())};
   }
-  const Tensor ids = Tensor::from_vector(out.prompt_ids, Shape{1, static_cast<std::int64_t>(out.prompt_ids.size())});
+  // A model placed whole on one device has no hooks to move its inputs: the ids start there.
+  const Tensor host_ids = Tensor::from_vector(out.prompt_ids, Shape{1, static_cast<std::int64_t>(out.prompt_ids.size())});
+  const Tensor ids = req.whole_on ? host_ids.to(req.whole_on->device()) : host_ids;
   const auto stream = detail::offload_stream(p.model->module());
   if (stream) stream->reset_stats();
   if (stages) stages->reset_stats();
@@ -524,13 +540,14 @@ inline void render_placement(const RunResult& r) {
 /// The token check's line: "token check: identical to an unrestricted run" or where they differ.
 inline std::string token_check_line(const RunResult& r) {
   const TokenCheck& c = *r.check;
-  if (c.identical) return "token check: identical to an unrestricted run (every weight on the CPU, no hooks)";
+  const std::string ref = "an unrestricted run (every weight on " + (c.device.is_cpu() ? std::string("the CPU") : c.device.device().str()) + ", no hooks)";
+  if (c.identical) return "token check: identical to " + ref;
   const std::size_t i = *c.first_difference;
   const auto id = [](const std::vector<std::int64_t>& v, std::size_t k) {
     return k < v.size() ? std::to_string(v[k]) : std::string("none (ended)");
   };
   return "token check: FAILED: the new token at index " + std::to_string(i) + " is " + id(r.generated_ids, i) +
-         ", an unrestricted run (every weight on the CPU, no hooks) gives " + id(c.reference_ids, i);
+         ", " + ref + " gives " + id(c.reference_ids, i);
 }
 
 /// RunResult -> stdout. The placement lines come earlier, from compute_run's `loaded`, in text mode.
@@ -572,6 +589,7 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
       j["check"] = {{"identical", r.check->identical},
                     {"first_difference", r.check->first_difference ? nlohmann::ordered_json(*r.check->first_difference)
                                                                    : nlohmann::ordered_json()},
+                    {"unrestricted_device", r.check->device.device().str()},
                     {"unrestricted_ids", r.check->reference_ids},
                     {"unrestricted_tokens_per_s", r.check->reference_tokens_per_s}};
     }
@@ -623,8 +641,19 @@ inline TokenCheck check_tokens(const RunRequest& req, const RunResult& r) {
   plain.device_map.reset();
   plain.max_memory.reset();
   plain.offload_folder.reset();
-  const RunResult ref = compute_run(plain, {}, "Loading checkpoint (unrestricted run)");
+  // A run that computed on a GPU is checked against the whole model on that GPU: the CPU's
+  // kernels round differently, and greedy decoding amplifies the last bit into other tokens.
   TokenCheck c;
+  if (r.device_map && !r.split_map) {
+    for (const auto& [name, place] : *r.device_map) {
+      if (place.is_gpu()) {
+        c.device = place;
+        break;
+      }
+    }
+  }
+  if (c.device.is_gpu()) plain.whole_on = c.device;
+  const RunResult ref = compute_run(plain, {}, "Loading checkpoint (unrestricted run)");
   c.reference_ids = ref.generated_ids;
   c.reference_tokens_per_s = ref.tokens_per_s;
   const auto& a = r.generated_ids;
@@ -657,11 +686,17 @@ inline int run_run(const ParsedArgs& args) {
     });
     req.model_dir = model->dir;
     if (req.demo) {
-      // The demo's CPU share of the weights, spread over the processes when there are several.
+      // The demo's CPU share of the weights, spread over the processes when there are several;
+      // one process that sees a GPU spans GPU, CPU and disk.
       req.device_map = "auto";
       req.max_memory = plan::MaxMemory{};
-      req.max_memory->add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(demo_cpu_share * static_cast<double>(model->weight_bytes) /
-                                                                                processes)));
+      const auto share = [&](double s) { return ByteSize(static_cast<std::int64_t>(s * static_cast<double>(model->weight_bytes) / processes)); };
+      if (processes == 1 && cuda_device_count() > 0) {
+        req.max_memory->add(Placement::gpu(0), share(demo_gpu_share));
+        req.max_memory->add(Placement::cpu(), share(demo_cpu_share_beside_gpu));
+      } else {
+        req.max_memory->add(Placement::cpu(), share(demo_cpu_share));
+      }
     }
   }
   // Both runs of a check sample with one seed, or their tokens could not agree.
@@ -674,8 +709,13 @@ inline int run_run(const ParsedArgs& args) {
     if (model->written_now) std::cout << ", written in " << model->write_seconds << " s";
     std::cout << ")\n";
     if (req.demo) {
-      std::cout << "demo budget: --max-memory cpu=" << human_bytes(req.max_memory->find(Placement::cpu())->bytes()) << " ("
-                << static_cast<int>(demo_cpu_share * 100) << "% of the weights"
+      const bool gpu = req.max_memory->find(Placement::gpu(0)) != nullptr;
+      std::string budgets;
+      for (const auto& [where, bytes] : *req.max_memory) budgets += (budgets.empty() ? "" : ",") + where.str() + "=" + human_bytes(bytes.bytes());
+      const auto pct = [](double s) { return std::to_string(static_cast<int>(s * 100 + 0.5)) + "%"; };
+      std::cout << "demo budget: --max-memory " << budgets << " ("
+                << (gpu ? pct(demo_gpu_share) + " of the weights on GPU 0, " + pct(demo_cpu_share_beside_gpu) + " on the CPU"
+                        : pct(demo_cpu_share) + " of the weights")
                 << (processes > 1 ? ", shared by " + std::to_string(processes) + " processes" : std::string())
                 << "); what does not fit is read from disk\n";
     }
@@ -740,8 +780,9 @@ inline Command run_command() {
                    .help = "sync (Accelerate's: read when called) or prefetch:N (N 1-4 blocks read\n"
                            "ahead while one computes; default prefetch:2)"},
                   {.name = "--check",
-                   .help = "generate again with every weight on the CPU and no hooks, and compare the\n"
-                           "tokens (exit 1 at a difference); on for the default model's demo"},
+                   .help = "generate again with every weight on the CPU (the GPU, when the run computes\n"
+                           "on one) and no hooks, and compare the tokens (exit 1 at a difference); on\n"
+                           "for the default model's demo"},
                   {.name = "--json", .help = "one JSON object: model_dir, prompt_ids, generated_ids, text, load_s, ttft_s,\n"
                                              "tokens_per_s, peak_bytes; device_map, placed_bytes, reservations,\n"
                                              "offload_gb_per_s when placed; check with --check"},
@@ -750,7 +791,8 @@ inline Command run_command() {
       .details = "Without MODEL_DIR: a LLaMA-architecture model of 155M parameters (310 MB in bfloat16) that\n"
                  "continues the word statistics of a short story, written into $XDG_CACHE_HOME/accel (else\n"
                  "~/.cache/accel) on first use. Without --device-map or --max-memory too, it runs under a CPU\n"
-                 "budget of 60% of its weights, the rest read from disk, and checks its tokens (--check).\n"
+                 "budget of 60% of its weights, the rest read from disk, and checks its tokens (--check); with\n"
+                 "a GPU, 60% go to GPU 0, 30% to the CPU and the rest to disk.\n"
                  "\n"
                  "Greedy decoding unless --temperature, --top-k or --top-p asks for sampling; generation stops\n"
                  "at the model's eos token. Timings: load_s builds and loads the model, ttft_s is the prompt's\n"
