@@ -239,8 +239,26 @@ TEST_CASE("cpu_offload and disk_offload keep the logits; a bad offload file is a
     accel_test::TempDir dir;
     {
       auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
-      disk_offload(p.model->module(), dir.str());
+      std::size_t written = 0, total = 0;
+      disk_offload(p.model->module(), dir.str(),
+                   {.offload_progress = [&](std::size_t done, std::size_t all) { written = done, total = all; }});
       CHECK(fs::is_regular_file(dir.path / "index.json"));
+      CHECK(total > 0);
+      CHECK(written == total);
+      CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
+    }
+    {
+      // dispatch_model writes the disk blocks of a loaded model into offload_dir, and says so.
+      accel_test::TempDir blocks;
+      auto p = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false});
+      nn::Module& root = p.model->module();
+      std::size_t written = 0, total = 0;
+      dispatch_model(root, block_map(root, Placement::cpu(), Placement::disk(), Placement::cpu()),
+                     {.offload_dir = blocks.str(),
+                      .offload_progress = [&](std::size_t done, std::size_t all) { written = done, total = all; }});
+      CHECK(fs::is_regular_file(blocks.path / "index.json"));
+      CHECK(total > 0);
+      CHECK(written == total);
       CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
       CHECK(models::generate(*p.model, prompt(), greedy).new_tokens == ref.tokens);
     }

@@ -129,6 +129,23 @@ TEST_CASE("offload_state_dict writes the fixture byte for byte", "[io][offload]"
   require_same_folder(dir.path, fixture);
 }
 
+TEST_CASE("offload_state_dict reports the bytes it has written, from zero to the total", "[io][offload]") {
+  TempDir dir;
+  const StateDict sd = fixture_state_dict();
+  std::size_t expected_total = 0;
+  for (const auto& [name, t] : sd) expected_total += t.nbytes();
+  std::vector<std::pair<std::size_t, std::size_t>> calls;
+  offload_state_dict(dir.str(), sd, [&](std::size_t done, std::size_t total) { calls.emplace_back(done, total); });
+  require_same_folder(dir.path, fixture);
+  REQUIRE(calls.size() == sd.size() + 1);
+  CHECK(calls.front().first == 0);
+  CHECK(calls.back().first == expected_total);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CHECK(calls[i].second == expected_total);
+    if (i > 0) CHECK(calls[i].first > calls[i - 1].first);
+  }
+}
+
 TEST_CASE("save_offload_index merges into an existing index as dict.update does", "[io][offload]") {
   TempDir dir;
   const StateDict sd = fixture_state_dict();

@@ -54,6 +54,8 @@ struct OffloadOptions {
   /// cpu_offload only: the weights to serve; nullopt: the model's own, moved to the CPU.
   std::optional<io::StateDict> state_dict{};
   std::vector<std::string> preload_module_classes{};
+  /// disk_offload only: hears the bytes written to the offload folder (not in Accelerate).
+  io::OffloadProgress offload_progress{};
 };
 
 namespace detail {
@@ -106,7 +108,7 @@ nn::Module& disk_offload(nn::Module& model, const std::string& offload_dir, Offl
       }
       sd.insert_or_assign(name, t);
     }
-    io::offload_state_dict(offload_dir, sd);
+    io::offload_state_dict(offload_dir, sd, o.offload_progress);
   }
   const Device exec = o.execution_device.value_or(detail::first_parameter_device(model));
   auto loader = std::make_shared<const io::OffloadedWeightsLoader>(std::nullopt, offload_dir);

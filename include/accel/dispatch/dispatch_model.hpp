@@ -82,6 +82,9 @@ struct DispatchOptions {
   std::vector<std::string> preload_module_classes{};
   /// Attach hooks even when the map has a single placement.
   bool force_hooks = false;
+  /// Hears the bytes written to `offload_dir` when the disk blocks are written there (not in
+  /// Accelerate, which shows nothing while it writes).
+  io::OffloadProgress offload_progress{};
 };
 
 namespace detail {
@@ -177,7 +180,7 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   }
   if (!disk_modules.empty() && !o.offload_index &&
       !std::filesystem::is_regular_file(std::filesystem::path(*o.offload_dir) / io::offload_index_name)) {
-    io::offload_state_dict(*o.offload_dir, detail::submodules_state_dict(model, disk_modules));
+    io::offload_state_dict(*o.offload_dir, detail::submodules_state_dict(model, disk_modules), o.offload_progress);
   }
 
   hooks::BlockAttachOptions b;

@@ -2,7 +2,7 @@
 //
 //   OffloadIndex ix = OffloadIndex::object();
 //   offload_weight(t, "layer.weight", folder, &ix);   save_offload_index(ix, folder);
-//   offload_state_dict(folder, state_dict);
+//   offload_state_dict(folder, state_dict);          // offload_state_dict(folder, sd, progress)
 //   Tensor w = load_offloaded_weight(folder + "/layer.weight.dat", ix["layer.weight"]);   // mmap view
 //   load_offloaded_weights(model, ix, folder);            // sets each indexed weight of the model
 //   OffloadedWeightsLoader loader(state_dict, folder);  loader.at("layer.weight");  loader.locate("layer.weight");
@@ -28,7 +28,9 @@
 // the folder). Symbolic links inside the folder are followed.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -209,11 +211,24 @@ inline void save_offload_index(const OffloadIndex& index, const std::string& fol
   write_file_atomic(path.string(), offload_index_json(merged.index()));
 }
 
+/// Hears the bytes written so far and the total, once before the first tensor and after each.
+using OffloadProgress = std::function<void(std::size_t done_bytes, std::size_t total_bytes)>;
+
 /// Offloads every tensor of `state_dict` into `folder` (created if needed) and saves the index.
-inline void offload_state_dict(const std::string& folder, const StateDict& state_dict) {
+/// `progress`, when given, follows the bytes written (Accelerate's has none: a folder of tens of
+/// GB takes minutes to write).
+inline void offload_state_dict(const std::string& folder, const StateDict& state_dict, const OffloadProgress& progress = {}) {
   std::filesystem::create_directories(folder);
+  std::size_t total = 0, done = 0;
+  if (progress) {
+    for (const auto& [name, t] : state_dict) total += t.nbytes();
+    progress(0, total);
+  }
   OffloadIndexMap index;
-  for (const auto& [name, t] : state_dict) offload_weight(t, name, folder, index);
+  for (const auto& [name, t] : state_dict) {
+    offload_weight(t, name, folder, index);
+    if (progress) progress(done += t.nbytes(), total);
+  }
   save_offload_index(index.index(), folder);
 }
 
