@@ -269,8 +269,14 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
   const plan::ReadAheadReserve ring = plan::read_ahead_reserve(meta->module(), meta->module().no_split_modules(), 1,
                                                                {.dtype = dtype, .special_dtypes = {}});
   const double layer = ring.layer.bytes();
+  // Nothing streams when every weight fits beside generation's needs and the layer the planner
+  // keeps (Accelerate's rule): read-ahead room would only push blocks to disk.
+  double weights = 0;
+  for (const auto& [name, t] : meta->module().named_parameters()) weights += static_cast<double>(t.nbytes());
+  const ByteSize* budget = budgets.find(where);
+  const bool all_fit = budget && weights + kv.bytes() + act + layer <= budget->bytes();
   // A budget that cannot hold the read-ahead gets less of it: a promise kept beats a deeper ring.
-  if (const ByteSize* budget = budgets.find(where)) {
+  if (budget && !all_fit) {
     const double fixed = kv.bytes() + act;
     const std::size_t asked = prefetch;
     while (prefetch > 0 && fixed + static_cast<double>(prefetch + 1) * layer > budget->bytes()) --prefetch;
@@ -286,7 +292,7 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
              std::to_string(asked + 1);
     }
   }
-  if (prefetch > 0) {
+  if (prefetch > 0 && !all_fit) {
     out.push_back({"read-ahead (" + std::to_string(prefetch) + " x the largest layer, " + ring.largest_layer +
                        ", beside the one the planner keeps)",
                    where, static_cast<double>(prefetch) * layer});
@@ -685,6 +691,9 @@ inline int run_run(const ParsedArgs& args) {
       bar.finish();
     });
     req.model_dir = model->dir;
+    // Quantized layers are not offloaded to disk (quant/bnb_quantizer.hpp): quantized, the demo
+    // runs in memory.
+    if (req.demo && req.quantize) req.demo = false;
     if (req.demo) {
       // The demo's CPU share of the weights, spread over the processes when there are several;
       // one process that sees a GPU spans GPU, CPU and disk.

@@ -188,6 +188,25 @@ def tiny(accel, work):
     check(out.get("check", {}).get("identical") is True, f"--check on a model folder: {out.get('check')}")
     check("default_model" not in out, "a model folder given by path is not the default model")
 
+    # Every placement and offload policy gives the demo's tokens: half of the weights' size as the
+    # CPU budget (one block computes, the rest on disk) and one and a half (all in memory, no room
+    # kept for read-ahead), each under sync and read-ahead of one and four blocks.
+    want = first.get("generated_ids", [])[:8]
+    for share in (0.5, 1.5):
+        for policy in ("sync", "prefetch:1", "prefetch:4"):
+            what = f"cpu={share:.0%} of the weights, --offload {policy}"
+            out = as_json(run(accel, cache, "--json", "--max-new-tokens", 8, "--max-memory",
+                              f"cpu={int(marker['weight_bytes'] * share)}", "--offload", policy, shape=TINY_SHAPE), what)
+            check(out.get("generated_ids") == want, f"{what}: tokens {out.get('generated_ids')} are the demo's {want}")
+            on_disk = out.get("placed_bytes", {}).get("disk", 0)
+            check((on_disk > 0) == (share < 1), f"{what}: {out.get('placed_bytes')}")
+    # Quantized on load, each scheme runs the default model in memory: 8 new tokens of its vocabulary.
+    for scheme in ("int8", "nf4", "fp4"):
+        out = as_json(run(accel, cache, "--json", "--max-new-tokens", 8, "--quantize", scheme, shape=TINY_SHAPE),
+                      f"--quantize {scheme}")
+        ids = out.get("generated_ids", [])
+        check(len(ids) == 8 and all(0 <= i < 511 for i in ids), f"--quantize {scheme}: {ids}")
+
     # A folder without a complete marker is never used: it is replaced by a full write.
     def half_written(f):
         (f / "accel-default-model.json").unlink()
