@@ -1,4 +1,4 @@
-// accel quantize IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json] [--progress]
+// accel quantize IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json | --quiet] [--progress]
 //
 //   QuantizeRequest r = parse_quantize_request(args);
 //   QuantizeResult  q = compute_quantize(r);       the model loaded with BnbQuantizer, saved as transformers saves it
@@ -68,6 +68,8 @@ struct QuantizeRequest {
   bool double_quant = false;
   std::optional<DType> dtype;
   bool json = false;
+  /// --quiet: nothing on stdout or stderr but an error.
+  bool quiet = false;
   bool progress = false;
 };
 
@@ -90,7 +92,9 @@ inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
   r.double_quant = args.flag("--double-quant");
   if (const auto v = args.value("--dtype")) r.dtype = parse_float_dtype("--dtype", *v);
   r.json = args.flag("--json");
+  r.quiet = args.flag("--quiet");
   r.progress = args.flag("--progress");
+  if (r.json && r.quiet) throw UsageError("--json and --quiet exclude each other");
   (void)bnb_scheme_config("--scheme", r.scheme, r.double_quant, DType::f32);  // usage errors before any file is read
   std::error_code ec;
   if (std::filesystem::equivalent(r.in, r.out, ec)) throw UsageError("OUT_DIR must not be IN_DIR");
@@ -106,7 +110,7 @@ inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
   const DType dtype = r.dtype.value_or(dispatch::detail::config_dtype(config, (r.in / "config.json").string()).value_or(DType::f32));
   quant::BnbQuantizer quantizer(bnb_scheme_config("--scheme", r.scheme, r.double_quant, dtype));
   reset_peak_memory_stats(Device::cpu());
-  ByteProgressBar bar("Quantizing", progress_wanted(r.progress, false) ? &std::cerr : nullptr);
+  ByteProgressBar bar("Quantizing", progress_wanted(r.progress, r.quiet) ? &std::cerr : nullptr);
   auto p = dispatch::load_pretrained_causal_lm(r.in, {.dtype = dtype, .show_progress = false, .progress = bar.callback(),
                                                       .quantizer = dispatch::AnyQuantizer(quantizer)});
   bar.finish();
@@ -150,6 +154,7 @@ inline void render_quantize(const QuantizeRequest& r, const QuantizeResult& q) {
     std::cout << dump_json(j, 2) << "\n";
     return;
   }
+  if (r.quiet) return;
   std::cout << std::fixed << std::setprecision(2) << q.model_type << " (" << dtype_name(q.dtype) << "): " << q.swapped
             << " layers quantized as " << r.scheme << (r.double_quant ? " with double quantization" : "") << ", "
             << human_bytes(q.input_bytes) << " -> " << human_bytes(q.output_bytes) << " in " << r.out.string() << " ("
@@ -167,7 +172,7 @@ inline Command quantize_command() {
   return {
       .name = "quantize",
       .summary = "quantize a model folder with bitsandbytes' NF4 / FP4 / int8, saved as transformers saves it",
-      .usage = "IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json] [--progress]",
+      .usage = "IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json | --quiet] [--progress]",
       .positionals = {{.name = "IN_DIR", .help = "a Hugging Face model folder (config.json + checkpoint)"},
                       {.name = "OUT_DIR", .help = "where the quantized folder is written (created)"}},
       .options = {{.name = "--scheme", .placeholder = "SCHEME", .help = "nf4, fp4 (4-bit, blocks of 64) or int8 (LLM.int8)",
@@ -177,6 +182,7 @@ inline Command quantize_command() {
                    .help = "float32, float16 or bfloat16: the layers kept float, and what weights are rounded\n"
                            "to before quantizing (default: config.json's torch_dtype)"},
                   {.name = "--json", .help = "one JSON object: scheme, layers_quantized, input_bytes, output_bytes, peak_bytes"},
+                  {.name = "--quiet", .help = "print nothing but errors (no summary, no progress)"},
                   {.name = "--progress", .help = "a progress bar on stderr even when it is not a terminal"}},
       .details = "The output folder loads back with `accel run OUT_DIR` and in transformers (quantization_config\n"
                  "in config.json). The output head and weights tied to the embedding stay float.",

@@ -106,6 +106,12 @@ def main():
     check(bad.returncode == 2 and "--quantize" in bad.stderr, f"--double-quant alone: {bad.stderr.strip()}")
     bad = accel(binary, "quantize", src, work / "x")
     check(bad.returncode == 2 and "--scheme" in bad.stderr, f"no --scheme: {bad.stderr.strip()}")
+    bad = accel(binary, "quantize", src, work / "x", "--scheme", "nf4", "--json", "--quiet")
+    check(bad.returncode == 2 and "exclude each other" in bad.stderr, f"--json --quiet: {bad.stderr.strip()}")
+    quiet = accel(binary, "quantize", src, work / "quiet", "--scheme", "nf4", "--quiet", "--progress")
+    check(quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "",
+          f"--quiet prints nothing: {quiet.returncode} {quiet.stdout!r} {quiet.stderr!r}")
+    check((work / "quiet" / "model.safetensors").is_file(), "--quiet still writes the folder")
 
     print(f"quantize: {'FAILED ' + str(len(FAILURES)) if FAILURES else 'ok'}")
     return 1 if FAILURES else 0
