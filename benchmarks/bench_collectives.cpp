@@ -16,7 +16,9 @@
 //           blocking call, "Iallreduce+Wait" is the non-blocking call accel makes, waited for by
 //           MPI_Wait instead of accel's polling, and "group op" accel's MpiGroup call alone
 //           (non-blocking call and polling, no allocation);
-//   gather: "alloc+Allgather" allocates the result as accel does, the other two as above.
+//   gather: "alloc+Allgather" allocates the result as accel does, the other two as above; and
+//           "into buffer" is all_gather_into_tensor into a buffer kept across calls, as the raw
+//           call's is, with its overhead over raw.
 // Alone (one process) it says it needs mpirun and exits 0; without MPI it says so.
 #include <algorithm>
 #include <chrono>
@@ -132,13 +134,14 @@ void bench_gather(const State& state, int reps, bool main) {
   if (main) {
     std::printf("\nall-gather (f32, each process's bytes): accel::dist::gather vs MPI_Allgather, %d processes, "
                 "median of %d\n", np, reps);
-    std::printf("  %8s  %10s  %10s  %9s  |  %15s  %15s  %15s\n", "size", "accel GB/s", "MPI GB/s", "overhead",
-                "alloc+Allgather", "Iallgather+Wait", "group op");
+    std::printf("  %8s  %10s  %10s  %9s  |  %11s  %9s  |  %15s  %15s  %15s\n", "size", "accel GB/s", "MPI GB/s",
+                "overhead", "into buffer", "overhead", "alloc+Allgather", "Iallgather+Wait", "group op");
   }
   for (std::size_t bytes = 4u << 10; bytes <= (64u << 20); bytes *= 4) {
     const auto n = static_cast<std::int64_t>(bytes / 4);
     const Tensor t = Tensor::full(Shape{n}, 1.0);
     Tensor recv = Tensor::zeros(Shape{n * np});
+    Tensor into = Tensor::zeros(Shape{n * np});
     const int count = static_cast<int>(bytes);
     const auto m = medians(
         {[&] { keep(accel::dist::gather(state, t)); },
@@ -153,12 +156,13 @@ void bench_gather(const State& state, int reps, bool main) {
            MPI_Iallgather(t.data_ptr(), count, MPI_BYTE, recv.data_ptr(), count, MPI_BYTE, MPI_COMM_WORLD, &req);
            MPI_Wait(&req, MPI_STATUS_IGNORE);
          },
-         [&] { state.mpi_group()->all_gather(t.data_ptr(), bytes, recv.data_ptr(), "bench"); }},
+         [&] { state.mpi_group()->all_gather(t.data_ptr(), bytes, recv.data_ptr(), "bench"); },
+         [&] { accel::dist::all_gather_into_tensor(state, into, t); }},
         reps);
     if (main) {
-      std::printf("  %8s  %10.2f  %10.2f  %8.1f%%  |  %10.2f GB/s  %10.2f GB/s  %10.2f GB/s\n", size_name(bytes).c_str(),
-                  gbps(bytes, m[0]), gbps(bytes, m[1]), (m[0] / m[1] - 1) * 100, gbps(bytes, m[2]), gbps(bytes, m[3]),
-                  gbps(bytes, m[4]));
+      std::printf("  %8s  %10.2f  %10.2f  %8.1f%%  |  %11.2f  %8.1f%%  |  %10.2f GB/s  %10.2f GB/s  %10.2f GB/s\n",
+                  size_name(bytes).c_str(), gbps(bytes, m[0]), gbps(bytes, m[1]), (m[0] / m[1] - 1) * 100,
+                  gbps(bytes, m[5]), (m[5] / m[1] - 1) * 100, gbps(bytes, m[2]), gbps(bytes, m[3]), gbps(bytes, m[4]));
     }
   }
 }

@@ -80,6 +80,32 @@ TEST_CASE("gather reads non-contiguous views and vectors of tensors", "[dist][mp
   }
 }
 
+TEST_CASE("all_gather_into_tensor fills a caller's buffer, again and again, and checks it", "[dist][mpi]") {
+  const int n = world();
+  for (const DType d : all_dtypes()) {
+    CAPTURE(accel::dtype_name(d), n);
+    Tensor out = Tensor::empty(Shape{2 * n, 3}, d, accel::Device::cpu());
+    const void* buffer = out.data_ptr();
+    for (int round = 0; round < 2; ++round) {
+      const Tensor mine = sample(d, rank() + round, Shape{2, 3});
+      Tensor& same = dist::all_gather_into_tensor(state(), out, mine);
+      CHECK(&same == &out);
+      CHECK(out.data_ptr() == buffer);
+      for (int r = 0; r < n; ++r) CHECK(values(out.narrow(0, 2 * r, 2)) == values(sample(d, r + round, Shape{2, 3})));
+    }
+  }
+  const Tensor mine = sample(DType::f32, rank(), Shape{2, 3});
+  Tensor scalar_rows = Tensor::empty(Shape{n}, DType::f32, accel::Device::cpu());
+  dist::all_gather_into_tensor(state(), scalar_rows, Tensor::full(Shape{}, rank() + 0.5, DType::f32));
+  for (int r = 0; r < n; ++r) CHECK(scalar_rows.at<float>({r}) == r + 0.5f);
+  Tensor wrong_shape = Tensor::empty(Shape{2 * n + 1, 3}, DType::f32, accel::Device::cpu());
+  CHECK_THROWS_AS(dist::all_gather_into_tensor(state(), wrong_shape, mine), accel::ShapeError);
+  Tensor wrong_dtype = Tensor::empty(Shape{2 * n, 3}, DType::f16, accel::Device::cpu());
+  CHECK_THROWS_AS(dist::all_gather_into_tensor(state(), wrong_dtype, mine), accel::DTypeError);
+  Tensor strided = Tensor::empty(Shape{3, 2 * n}, DType::f32, accel::Device::cpu()).transpose(0, 1);
+  CHECK_THROWS_WITH(dist::all_gather_into_tensor(state(), strided, mine), Catch::Contains("contiguous"));
+}
+
 TEST_CASE("broadcast gives every process the sender's tensors, written in place", "[dist][mpi]") {
   const int from = world() - 1;
   for (const DType d : all_dtypes()) {

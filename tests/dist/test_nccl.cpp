@@ -33,6 +33,10 @@ TEST_CASE("NCCL gathers, broadcasts, reduces and pads CUDA tensors", "[dist][mpi
     REQUIRE(all.shape() == Shape{2 * n, 3});
     for (int p = 0; p < n; ++p) CHECK(values(all.narrow(0, 2 * p, 2)) == values(sample(d, p, Shape{2, 3})));
 
+    Tensor into = Tensor::empty(Shape{2 * n, 3}, d, dev);
+    dist::all_gather_into_tensor(gpu, into, mine);
+    CHECK(values(into) == values(all));
+
     const Tensor b = dist::broadcast(gpu, mine, n - 1);
     CHECK(values(b) == values(sample(d, n - 1, Shape{2, 3})));
 

@@ -2,6 +2,7 @@
 // recursively_apply and one collective per tensor, in walk order:
 //
 //   gather(state, data)                                 every process's tensors, concatenated along dim 0
+//   all_gather_into_tensor(state, out, tensor)          the same for one tensor, into a caller's buffer
 //   broadcast(state, data, from_process = 0)            from_process's tensors on every process
 //   reduce(state, data, reduction = "mean", scale = 1)  "mean" | "sum" | "none" over the processes, times scale
 //   pad_across_processes(state, data, dim = 0, pad_index = 0, pad_first = false)
@@ -38,6 +39,8 @@
 //   ranks that differ across processes are a ShapeError on every process, in and out of debug mode.
 // - gather of a zero-dimensional tensor gives a 1-d tensor of num_processes values whenever a group
 //   is joined (Accelerate: only for several processes).
+// - all_gather_into_tensor is torch.distributed's (Accelerate has none): a loop that gathers the
+//   same shapes again keeps its buffer instead of paying a fresh result's first-touch page faults.
 // - gather_object concatenates when each process passes a sequence (Accelerate's flattening) and
 //   otherwise returns one object per process (Accelerate fails on non-lists). broadcast_object_list
 //   resizes the receivers' sequence to the sender's length (torch requires equal lengths).
@@ -331,6 +334,42 @@ auto gather(const PartialState<D>& state, const Data& data) {
   verify_operation(state, "accel::dist::gather", data);
   return nested::recursively_apply([&](const Tensor& t) { return detail::gather_one(state, t); }, data,
                                    nested::error_on_other_type);
+}
+
+/// torch.distributed.all_gather_into_tensor: every process's `tensor` concatenated along dim 0
+/// into `out`, which must be contiguous and writable, of `tensor`'s dtype and device, and of its
+/// shape with dim 0 times num_processes (a zero-dimensional tensor counts as one row). Returns
+/// `out`. ShapeError / DTypeError / DeviceError / ValueError name what differs.
+template <class D>
+Tensor& all_gather_into_tensor(const PartialState<D>& state, Tensor& out, const Tensor& tensor) {
+  constexpr const char* op = "all_gather_into_tensor";
+  verify_operation(state, "accel::dist::all_gather_into_tensor", tensor);
+  const detail::Route r = detail::route(state, tensor, op);
+  const Tensor in = (tensor.dim() == 0 ? tensor.reshape(Shape{1}) : tensor).contiguous();
+  Shape want = in.shape();
+  want[0] *= r == detail::Route::local ? 1 : state.num_processes();
+  if (!out.defined()) throw ValueError(std::string(op) + ": the output tensor is undefined");
+  if (out.dtype() != in.dtype()) {
+    throw DTypeError(std::string(op) + ": the output is " + std::string(dtype_name(out.dtype())) + ", the input " +
+                     std::string(dtype_name(in.dtype())));
+  }
+  if (out.device() != in.device()) {
+    throw DeviceError(std::string(op) + ": the output is on " + out.device().str() + ", the input on " + in.device().str());
+  }
+  if (out.shape() != want) {
+    throw ShapeError(std::string(op) + ": the output has shape " + out.shape().str() + ", the gather of " +
+                     in.shape().str() + " over " + std::to_string(r == detail::Route::local ? 1 : state.num_processes()) +
+                     " process(es) needs " + want.str());
+  }
+  if (!out.is_contiguous() || !out.storage() || !out.storage().writable()) {
+    throw ValueError(std::string(op) + ": the output must be a contiguous, writable tensor");
+  }
+  if (r == detail::Route::local) {
+    out.copy_(in.reshape(want));
+  } else {
+    detail::all_gather_raw(state, r, in, out, op);
+  }
+  return out;
 }
 
 /// `data` as process `from_process` holds it, on every process; receivers must pass tensors of the
