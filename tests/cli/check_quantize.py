@@ -9,10 +9,14 @@ Usage: check_quantize.py ACCEL MODELS_DIR WORK_DIR
     quant_state JSON tensor; int8: int8 weight, SCB, weight_format), fewer bytes for 4-bit;
   - `accel run OUT` gives the tokens of `accel run IN --quantize S` (the saved folder is the
     model quantized on load);
-  then the usage and input errors.
+  - `accel inspect OUT --json` lists every quantized weight with its scheme and logical shape, and
+    `accel inspect OUT --dequantize W --out F` writes W in its logical shape, near the float weight;
+  then the usage and input errors, and a damaged quant state named with file and tensor.
 """
 import json
+import math
 import pathlib
+import struct
 import shutil
 import subprocess
 import sys
@@ -43,6 +47,39 @@ def header(path):
     raw = path.read_bytes()
     n = int.from_bytes(raw[:8], "little")
     return json.loads(raw[8:8 + n])
+
+
+def f32_tensor(path, name):
+    """A float32 tensor of a safetensors file, flat."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    e = json.loads(raw[8:8 + n])[name]
+    a, b = e["data_offsets"]
+    data = raw[8 + n + a:8 + n + b]
+    return list(struct.unpack(f"<{len(data) // 4}f", data)), e["shape"]
+
+
+def inspect_checks(binary, src, out, tag, scheme, dq, layers):
+    listing = as_json(accel(binary, "inspect", out, "--json"), f"{tag}: inspect")
+    bnb = listing.get("bitsandbytes", [])
+    check(len(bnb) == layers, f"{tag}: inspect lists {len(bnb)} quantized weights, {layers} layers were quantized")
+    h = header(src / "model.safetensors")
+    for w in bnb:
+        check(w.get("scheme") == scheme and w.get("double_quant") == dq, f"{tag}: inspect {w}")
+        check(w.get("shape") == h.get(w.get("name"), {}).get("shape"), f"{tag}: {w.get('name')}: logical shape {w.get('shape')}")
+    if not bnb:
+        return
+    name = bnb[0]["name"]
+    f = out / "w.f32"
+    done = accel(binary, "inspect", out / "model.safetensors", "--dequantize", name, "--out", f)
+    check(done.returncode == 0, f"{tag}: --dequantize {name}: {done.stderr.strip()}")
+    want, shape = f32_tensor(src / "model.safetensors", name)
+    got = list(struct.unpack(f"<{len(want)}f", f.read_bytes())) if f.is_file() and f.stat().st_size == 4 * len(want) else []
+    check(len(got) == len(want), f"{tag}: --dequantize wrote {f.stat().st_size if f.is_file() else 0} bytes for {shape}")
+    if got:
+        err = math.sqrt(sum((x - y) ** 2 for x, y in zip(got, want)) / sum(y * y for y in want))
+        bound = 0.02 if scheme == "int8" else 0.2
+        check(err < bound, f"{tag}: --dequantize {name}: relative error {err:.4f} >= {bound}")
 
 
 SCHEMES = [("nf4", False), ("nf4", True), ("fp4", False), ("int8", False)]
@@ -89,6 +126,8 @@ def main():
                     for side in (".quant_map", f".quant_state.bitsandbytes__{scheme}"):
                         check(w + side in h, f"{tag}: {w}{side} beside it")
                     check((w + ".nested_absmax" in h) == dq, f"{tag}: {w}: nested absmax only with double quantization")
+            if name == "tiny_llama":
+                inspect_checks(binary, src, out, tag, scheme, dq, q.get("layers_quantized"))
             saved = as_json(accel(binary, "run", out, "--ids", ids, "--max-new-tokens", 10, "--json"), f"{tag}: run OUT")
             onload = as_json(accel(binary, "run", src, "--ids", ids, "--max-new-tokens", 10, "--quantize", scheme, *extra,
                                    "--json"), f"{tag}: run --quantize")
@@ -108,6 +147,24 @@ def main():
     check(bad.returncode == 2 and "--scheme" in bad.stderr, f"no --scheme: {bad.stderr.strip()}")
     bad = accel(binary, "quantize", src, work / "x", "--scheme", "nf4", "--json", "--quiet")
     check(bad.returncode == 2 and "exclude each other" in bad.stderr, f"--json --quiet: {bad.stderr.strip()}")
+    # A quant state whose absmax has another layer's count: inspect and --dequantize name file and tensor.
+    damaged = work / "damaged"
+    shutil.copytree(work / "tiny_llama_nf4", damaged)
+    raw = bytearray((damaged / "model.safetensors").read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    h = json.loads(raw[8:8 + n])
+    # Two layers' absmax entries swapped: a valid safetensors file whose up_proj state has k_proj's count.
+    up, k = "model.layers.0.mlp.up_proj.weight.absmax", "model.layers.0.self_attn.k_proj.weight.absmax"
+    h[up], h[k] = h[k], h[up]
+    text = json.dumps(h, separators=(",", ":")).encode()
+    check(len(text) <= n, "the damaged header fits in the old one")
+    text += b" " * (n - len(text))
+    (damaged / "model.safetensors").write_bytes(bytes(raw[:8]) + text + bytes(raw[8 + n:]))
+    for args in (("inspect", damaged), ("inspect", damaged, "--dequantize", "model.layers.0.mlp.up_proj.weight", "--out",
+                                         work / "never.f32")):
+        bad = accel(binary, *args)
+        check(bad.returncode == 1 and "model.safetensors" in bad.stderr and "up_proj" in bad.stderr,
+              f"damaged absmax, {args[2:] or 'listing'}: {bad.returncode} {bad.stderr.strip()}")
     quiet = accel(binary, "quantize", src, work / "quiet", "--scheme", "nf4", "--quiet", "--progress")
     check(quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "",
           f"--quiet prints nothing: {quiet.returncode} {quiet.stdout!r} {quiet.stderr!r}")

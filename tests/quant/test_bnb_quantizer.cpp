@@ -31,6 +31,7 @@
 #include "accel/nn/init.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/module_sizes.hpp"
+#include "accel/quant/bnb_checkpoint.hpp"
 #include "accel/quant/bnb_linear.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
 
@@ -345,6 +346,23 @@ TEST_CASE("save_bnb_model writes transformers' layout, and the folder loads back
         CHECK(saved.info(layer + ".weight").dtype == DType::i8);
         CHECK(saved.contains(layer + ".SCB"));
         CHECK(saved.contains(layer + ".weight_format"));
+      }
+      // The file alone says what each weight is and gives it back (quant/bnb_checkpoint.hpp).
+      const auto tensors = bnb_checkpoint_tensors(dir.file("model.safetensors"));
+      const auto infos = bnb_weights(tensors);
+      CHECK(infos.size() == (model == "tiny_llama" ? 14u : 8u));
+      for (const auto& info : infos) {
+        CHECK(info.scheme == (s.config.load_in_8bit ? "int8" : std::string(bnb_quant_type_name(s.config.bnb_4bit_quant_type))));
+        CHECK(info.double_quant == (s.config.load_in_4bit && s.config.bnb_4bit_use_double_quant));
+      }
+      CHECK_FALSE(bnb_dequantize(tensors, "model.norm.weight").has_value());
+      if (model == "tiny_llama") {
+        const auto w = bnb_dequantize(tensors, layer + ".weight");
+        REQUIRE(w.has_value());
+        CHECK(w->shape() == Shape{48, 48});
+        auto copy = load(model_dir(model), BnbQuantizer(s.config));
+        BnbQuantizer(s.config).dequantize(copy.model->module());
+        CHECK(w->to_vector<float>() == copy.model->module().get_parameter(layer + ".weight").to(DType::f32).to_vector<float>());
       }
       const auto cfg = read_json(dir.path / "config.json");
       CHECK(cfg.at("quantization_config").at("quant_method") == "bitsandbytes");

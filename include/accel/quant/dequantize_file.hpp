@@ -3,13 +3,16 @@
 //   Tensor t = dequantize_tensor("model.gguf", "blk.0.attn_q.weight");   // Q4_K -> f32, GGUF order
 //   Tensor u = dequantize_tensor("model.safetensors", "lm_head.weight");  // bf16 -> f32
 //
-// GGUF block types are dequantized bit-identically to ggml (io/ggml_dequantize.hpp); every
-// other stored dtype is converted (exactly for the floating types narrower than f32). The result
+// GGUF block types are dequantized bit-identically to ggml (io/ggml_dequantize.hpp); a
+// bitsandbytes weight of a safetensors file or index (4-bit packed beside its quant state, or int8
+// beside its SCB) is dequantized to its logical shape (quant/bnb_checkpoint.hpp); every other
+// stored dtype is converted (exactly for the floating types narrower than f32). The result
 // is a contiguous cpu tensor in the file's element order: torch order for safetensors, torch .bin,
 // sharded checkpoints and offload folders, and for GGUF the shape ne reversed (the same bytes as
 // ne[0]-fastest order). KeyError names the file when it holds no tensor `name`.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -23,6 +26,7 @@
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/torch_bin.hpp"
 #include "accel/io/ggml_dequantize.hpp"
+#include "accel/quant/bnb_checkpoint.hpp"
 
 namespace accel::quant {
 
@@ -38,12 +42,17 @@ inline Tensor dequantize_tensor(const std::string& path, std::string_view name) 
     case io::CheckpointFormat::gguf:
       return io::dequantize(io::GgufFile::open(file), name);
     case io::CheckpointFormat::safetensors:
-      t = io::SafetensorsFile::open(file).tensor(name);
-      break;
     case io::CheckpointFormat::sharded_index: {
-      const auto ck = io::ShardedCheckpoint::open(file);
-      if (!ck.contains(name)) throw missing();
-      t = ck.tensor(name);
+      const auto tensors = bnb_checkpoint_tensors(file);
+      try {
+        // The state readers name the tensor; the file is named here.
+        if (auto w = bnb_dequantize(tensors, std::string(name))) return *w;
+      } catch (const FormatError& e) {
+        throw FormatError("'" + file + "': " + e.what());
+      }
+      const auto it = tensors.find(std::string(name));
+      if (it == tensors.end()) throw missing();
+      t = it->second;
       break;
     }
     case io::CheckpointFormat::torch_bin:

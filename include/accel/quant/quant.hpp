@@ -4,6 +4,7 @@
 #pragma once
 
 #include "accel/quant/bnb_4bit.hpp"
+#include "accel/quant/bnb_checkpoint.hpp"
 #include "accel/quant/bnb_config.hpp"
 #include "accel/quant/bnb_int8.hpp"
 #include "accel/quant/bnb_linear.hpp"

@@ -1,0 +1,93 @@
+// What a bitsandbytes checkpoint holds, read from its tensors alone (transformers keeps every
+// weight's quant state in the file beside it):
+//
+//   auto tensors = bnb_checkpoint_tensors("model.safetensors");     // a file or a sharded index
+//   std::vector<BnbWeightInfo> ws = bnb_weights(tensors);            // each 4-bit / int8 weight
+//   std::optional<Tensor> w = bnb_dequantize(tensors, "model.layers.0.mlp.up_proj.weight");
+//
+// A 4-bit weight is "<name>" (packed uint8) beside "<name>.quant_state.bitsandbytes__nf4|fp4",
+// "<name>.absmax", "<name>.quant_map" [, ".nested_absmax", ".nested_quant_map"]; an int8 weight is
+// "<module>.weight" (int8) beside "<module>.SCB" [, "<module>.weight_format"]. The readers are
+// quant_state_from_tensors / int8_weight_from_tensors: a disagreement is their FormatError naming
+// the tensor. Tensors are mapped views; nothing is copied until a weight is dequantized.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "accel/core/shape.hpp"
+#include "accel/core/tensor.hpp"
+#include "accel/io/checkpoint_format.hpp"
+#include "accel/io/safetensors.hpp"
+#include "accel/io/sharded_index.hpp"
+#include "accel/quant/bnb_4bit.hpp"
+#include "accel/quant/bnb_int8.hpp"
+
+namespace accel::quant {
+
+/// One quantized weight of a bitsandbytes checkpoint.
+struct BnbWeightInfo {
+  std::string name;            ///< the weight's name in the model ("<module>.weight")
+  std::string scheme;          ///< "nf4", "fp4" or "int8"
+  bool double_quant = false;   ///< 4-bit absmax quantized again
+  Shape shape;                 ///< the logical (unpacked) shape
+  DType dtype = DType::f32;    ///< the dtype dequantization gives back (4-bit: the state's)
+  std::int64_t blocksize = 0;  ///< 4-bit blocks (0 for int8: one scale per row)
+};
+
+/// Every tensor of a safetensors file or a sharded safetensors index, by name, as mapped views.
+/// Other formats hold no bitsandbytes state: an empty map.
+inline std::map<std::string, Tensor> bnb_checkpoint_tensors(const std::string& path) {
+  const io::ResolvedCheckpoint c = io::resolve_checkpoint(path);
+  std::map<std::string, Tensor> out;
+  if (c.format == io::CheckpointFormat::safetensors) {
+    const auto f = io::SafetensorsFile::open(c.path.string());
+    for (const auto& name : f.keys()) out.emplace(name, f.tensor(name));
+  } else if (c.format == io::CheckpointFormat::sharded_index) {
+    const auto ck = io::ShardedCheckpoint::open(c.path.string());
+    for (const auto& name : ck.keys()) out.emplace(name, ck.tensor(name));
+  }
+  return out;
+}
+
+/// The quantized weights among `tensors`, in name order.
+inline std::vector<BnbWeightInfo> bnb_weights(const std::map<std::string, Tensor>& tensors) {
+  constexpr std::string_view state_tag = ".quant_state.bitsandbytes__", scb = ".SCB";
+  std::vector<BnbWeightInfo> out;
+  for (const auto& [name, t] : tensors) {
+    if (const auto at = name.find(state_tag); at != std::string::npos) {
+      const std::string weight = name.substr(0, at);
+      const BnbQuantState s = quant_state_from_tensors(weight, tensors);
+      out.push_back({weight, std::string(bnb_4bit_info(s.quant_type).name), s.nested(), s.shape, s.dtype, s.blocksize});
+    } else if (name.ends_with(scb)) {
+      const std::string module = name.substr(0, name.size() - scb.size());
+      const Int8Weight w = int8_weight_from_tensors(module, tensors);
+      out.push_back({module + ".weight", "int8", false, w.CB.shape(), DType::f32, 0});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const BnbWeightInfo& a, const BnbWeightInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+/// Weight `name` dequantized to float32 in its logical shape, when `tensors` holds it quantized by
+/// bitsandbytes; nullopt for any other tensor.
+inline std::optional<Tensor> bnb_dequantize(const std::map<std::string, Tensor>& tensors, const std::string& name) {
+  const std::string state_prefix = name + ".quant_state.bitsandbytes__";
+  if (const auto it = tensors.lower_bound(state_prefix); it != tensors.end() && it->first.starts_with(state_prefix)) {
+    const auto packed = tensors.find(name);
+    if (packed == tensors.end()) throw FormatError(name + ": the packed 4-bit weight is missing beside its quant state");
+    return dequantize_4bit(packed->second, quant_state_from_tensors(name, tensors)).to(DType::f32).contiguous();
+  }
+  constexpr std::string_view weight = ".weight";
+  if (name.ends_with(weight)) {
+    const std::string module = name.substr(0, name.size() - weight.size());
+    if (tensors.contains(module + ".SCB")) return int8_vectorwise_dequant(int8_weight_from_tensors(module, tensors));
+  }
+  return std::nullopt;
+}
+
+}  // namespace accel::quant
