@@ -3,6 +3,7 @@
 //
 //   bench_peers [--quick | --full] [--json] [--plot FILE.svg] [--accel PATH] [--model DIR]
 //               [--accelerate-src PATH] [--llama-bench PATH --gguf FILE [--gguf FILE ...]]
+//               [--test-backend-ops PATH]
 //
 // The figures come from the programs beside this one and from the accel CLI (default
 // ../tools/accel from here), each started with --json and run one at a time, so that no two
@@ -14,8 +15,9 @@
 // with a CPU budget of half its weights and the rest on disk (sync and prefetch:2), and with a
 // CPU budget of only what `accel run` reserves beside the weights, so every block is read from
 // disk. Those budgets derive from the in-memory run; the repetitions go round the placements, so
-// a slow minute of a shared machine falls on all of them. Quantized GEMV has no figure until
-// quantization lands.
+// a slow minute of a shared machine falls on all of them. bench_quant_gemv gives the quantized
+// GEMV rows (the decode-sized n = 1 product at k = 14336 for each type) beside llama.cpp's own
+// kernels when --test-backend-ops names its test-backend-ops.
 // --quick (the default) gives each program short settings, --full leaves them their own. A run
 // that fails is reported with its reason and its rows say so; the table goes on. --plot writes an
 // SVG of the placements' tokens/s, the fractions of each bound and the ratios to the peers;
@@ -75,7 +77,7 @@ std::string mb(double bytes) { return fmt("%.0f MB", bytes / 1e6); }
 
 struct Options {
   bool quick = true, json = false;
-  std::string plot, accel, model, accelerate_src, llama_bench;
+  std::string plot, accel, model, accelerate_src, llama_bench, test_backend_ops;
   std::vector<std::string> ggufs;
   fs::path bench_dir;
 };
@@ -241,6 +243,26 @@ std::vector<Row> decode_rows(const std::optional<SubRun>& r) {
       rows.push_back(row);
     }
   }
+  return rows;
+}
+
+std::vector<Row> gemv_rows(const SubRun& r) {
+  if (!r.why.empty()) return {{"quantized GEMV vs llama.cpp", "failed: " + r.why, "", "", {}, "speedup", ""}};
+  std::vector<Row> rows;
+  for (const json& g : r.figures.value("rows", json::array())) {
+    if (num(g, "n") != 1 || num(g, "k") != 14336) continue;  // the product decoding makes, DRAM-bound
+    const std::string type = g.value("type", "?");
+    Row row{fmt("GEMV %s, %.0f x %.0f, 1 row, %.0f threads", type.c_str(), num(g, "m"), num(g, "k"), num(r.figures, "threads")),
+            fmt("%.0f us (%.1f GB/s of weights)", num(g, "us"), num(g, "weights_gb_per_s")),
+            "llama.cpp: not run (give --test-backend-ops)", "", {}, "speedup", "GEMV " + type + " vs llama.cpp"};
+    if (num(g, "llamacpp_us") > 0 && num(g, "us") > 0) {
+      row.reference = fmt("llama.cpp MUL_MAT: %.0f us", num(g, "llamacpp_us"));
+      row.value = num(g, "llamacpp_us") / num(g, "us");
+      row.ratio = fmt("%.2fx", *row.value);
+    }
+    rows.push_back(row);
+  }
+  if (rows.empty()) rows.push_back({"quantized GEMV vs llama.cpp", "bench_quant_gemv gave no rows", "", "", {}, "", ""});
   return rows;
 }
 
@@ -482,6 +504,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--accelerate-src") o.accelerate_src = value();
     else if (k == "--llama-bench") o.llama_bench = value();
     else if (k == "--gguf") o.ggufs.push_back(value());
+    else if (k == "--test-backend-ops") o.test_backend_ops = value();
     else {
       std::fprintf(stderr, "bench_peers: unknown option %s (see the top of benchmarks/bench_peers.cpp)\n", k.c_str());
       std::exit(2);
@@ -520,12 +543,16 @@ int main(int argc, char** argv) {
   if (o.quick) off.insert(off.end(), {"--reps", "3", "--decode", "4"});
   if (!o.accelerate_src.empty()) off.insert(off.end(), {"--accelerate-src", o.accelerate_src});
   const SubRun offload_run = measure("bench_offload", off);
+  std::vector<std::string> gemv{prog("bench_quant_gemv"), "--json"};
+  if (o.quick) gemv.insert(gemv.end(), {"--reps", "5"});
+  if (!o.test_backend_ops.empty()) gemv.insert(gemv.end(), {"--test-backend-ops", o.test_backend_ops});
+  const SubRun gemv_run = measure("bench_quant_gemv", gemv);
   std::string model_label = o.model.empty() ? "default model" : o.model;
   const auto placements = run_placements(o, o.quick ? 5 : 9, timeout, model_label);
 
   std::vector<Row> rows;
   for (auto part : {planner_rows(plan_run), load_rows(load_run), decode_rows(decode_run), offload_rows(offload_run),
-                    std::vector<Row>{{"quantized GEMV vs llama.cpp", "-", "not available yet (quantization)", "", {}, "", ""}},
+                    gemv_rows(gemv_run),
                     placement_rows(placements, model_label)}) {
     rows.insert(rows.end(), part.begin(), part.end());
   }

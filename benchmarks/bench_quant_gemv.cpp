@@ -95,7 +95,9 @@ std::map<std::tuple<std::string, int, int, int>, double> run_test_backend_ops(co
   while (std::fgets(buf, sizeof buf, p)) {
     std::cmatch mt;
     if (std::regex_search(buf, mt, line)) {
-      out[{mt[1].str(), std::stoi(mt[2].str()), std::stoi(mt[3].str()), std::stoi(mt[4].str())}] = std::stod(mt[5].str());
+      std::string type = mt[1].str();  // "q4_K": ggml's spelling; the rows look up lower case
+      std::transform(type.begin(), type.end(), type.begin(), ::tolower);
+      out[{type, std::stoi(mt[2].str()), std::stoi(mt[3].str()), std::stoi(mt[4].str())}] = std::stod(mt[5].str());
     }
   }
   ::pclose(p);
