@@ -300,7 +300,8 @@ std::vector<Row> offload_rows(const SubRun& r) {
   return rows;
 }
 
-/// The placements, their runs interleaved; the budgets come from the first in-memory run.
+/// The placements, their runs interleaved; the half budgets come from the first in-memory run,
+/// the all-on-disk one from the first half-budget prefetch:2 run (its read-ahead names the block).
 std::vector<Placement> run_placements(const Options& o, int reps, int timeout_s, std::string& model_label) {
   std::vector<std::string> base{o.accel, "run"};
   if (!o.model.empty()) base.insert(base.end(), {o.model, "--ids", "1,2,3,4,5,6,7,8"});
@@ -329,21 +330,25 @@ std::vector<Placement> run_placements(const Options& o, int reps, int timeout_s,
       p.placed_bytes = f.value("placed_bytes", json::object());
       p.note = f.value("offload_note", "");
       p.why.clear();
-      if (&p != &ps.front() || budgets) continue;
-      // "All on disk": what the CLI keeps free beside the weights plus a fifth of a block, so no
-      // block fits (a tensor smaller than that fifth may stay).
-      double weights = 0, reserved = 0, block = 0;
-      for (const auto& [k, v] : p.placed_bytes.items()) weights += v.get<double>();
-      for (const json& x : f.value("reservations", json::array())) {
-        reserved += num(x, "bytes");
-        const std::string what = x.value("what", "");  // "read-ahead (N x the largest layer, ...)"
-        if (what.starts_with("read-ahead (")) block = num(x, "bytes") / std::max(1, std::atoi(what.c_str() + 12));
-      }
-      if (weights <= 0) continue;
       const auto cpu = [](double bytes) { return fmt("cpu=%.0f", std::floor(bytes)); };
+      if (&p == &ps[2] && ps[3].args.empty()) {
+        // "All on disk": what the CLI keeps free beside the weights when it streams (the half-budget
+        // prefetch:2 run's reservations) plus a fifth of a block, so no block fits (a tensor
+        // smaller than that fifth may stay).
+        double reserved = 0, block = 0;
+        for (const json& x : f.value("reservations", json::array())) {
+          reserved += num(x, "bytes");
+          const std::string what = x.value("what", "");  // "read-ahead (N x the largest layer, ...)"
+          if (what.starts_with("read-ahead (")) block = num(x, "bytes") / std::max(1, std::atoi(what.c_str() + 12));
+        }
+        if (block > 0) ps[3].args = {"--max-memory", cpu(reserved + 1.2 * block), "--offload", "prefetch:2"};
+      }
+      if (&p != &ps.front() || budgets) continue;
+      double weights = 0;
+      for (const auto& [k, v] : p.placed_bytes.items()) weights += v.get<double>();
+      if (weights <= 0) continue;
       ps[1].args = {"--max-memory", cpu(weights / 2), "--offload", "sync"};
       ps[2].args = {"--max-memory", cpu(weights / 2), "--offload", "prefetch:2"};
-      if (block > 0) ps[3].args = {"--max-memory", cpu(reserved + 1.2 * block), "--offload", "prefetch:2"};
       budgets = true;
       const std::string kind = f.value("model_type", "?") + ", " + f.value("dtype", "?");
       model_label = f.contains("default_model")
