@@ -90,6 +90,30 @@ inline void gemv_bf16(const std::uint16_t* xb, std::int64_t m, std::int64_t k, c
   const std::int64_t kpad = (k + 31) / 32 * 32;
   std::size_t j = j0;
   auto row_ptr = [&](std::size_t r) { return reinterpret_cast<const std::uint16_t*>(w + r * row_bytes); };
+  if (m == 1) {
+    // One activation row (decoding): the weights are read row after row, one sequential stream
+    // per thread, which the hardware prefetchers follow at full speed; four interleaved row
+    // streams, as below, each a few KB long, read about a quarter slower here.
+    for (; j < j1; ++j) {
+      const std::uint16_t* r = row_ptr(j);
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      std::int64_t kk = 0;
+      for (; kk + 128 <= kfull; kk += 128) {
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk + 32), (__m512bh)_mm512_loadu_si512(r + kk + 32));
+        a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(xb + kk + 64), (__m512bh)_mm512_loadu_si512(r + kk + 64));
+        a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(xb + kk + 96), (__m512bh)_mm512_loadu_si512(r + kk + 96));
+      }
+      for (; kk < kfull; kk += 32) {
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
+      }
+      if (tail_mask) {
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_maskz_loadu_epi16(tail_mask, r + kk));
+      }
+      out[j] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) + (bias ? bias[j] : 0.0f);
+    }
+    return;
+  }
   for (; j + 4 <= j1; j += 4) {
     const std::uint16_t* r0 = row_ptr(j);
     const std::uint16_t* r1 = row_ptr(j + 1);
