@@ -12,6 +12,8 @@ Usage: check_run.py GROUP ACCEL MODELS_DIR WORK_DIR
              strategies, a device-map file and an offload folder: the tokens of the unrestricted
              run, something on disk, bytes per device, reservations, the CPU peak within the
              budget and the offload rate reported
+  formats    tiny_llama and tiny_gpt2 as safetensors shards with their index and as a
+             pytorch_model.bin (written here without torch; torch.load reads it): the reference tokens
 """
 import array
 import json
@@ -54,6 +56,125 @@ def reference(accel, models):
         for key in ("load_s", "ttft_s", "tokens_per_s"):
             check(isinstance(out.get(key), (int, float)) and out[key] >= 0, f"{folder.name}: {key} is a number")
         check(out.get("dtype") == "float32", f"{folder.name}: config's torch_dtype float32 is the default")
+
+
+def safetensors_tensors(path):
+    """(header entries in file order, data bytes) of a safetensors file."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    entries = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    return entries, raw[8 + n:]
+
+
+def write_safetensors(path, tensors):
+    """tensors: [(name, dtype, shape, bytes)]."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(t[3] for t in tensors))
+
+
+def write_sharded(folder, entries, data, shards=3):
+    """The checkpoint as `shards` safetensors files and model.safetensors.index.json."""
+    per = -(-len(entries) // shards)
+    weight_map, total = {}, 0
+    for k in range(shards):
+        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = []
+        for tname, e in entries[k * per:(k + 1) * per]:
+            a, b = e["data_offsets"]
+            part.append((tname, e["dtype"], e["shape"], data[a:b]))
+            weight_map[tname] = name
+            total += b - a
+        write_safetensors(folder / name, part)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                     "weight_map": weight_map}))
+
+
+def write_torch_bin(path, entries, data):
+    """pytorch_model.bin as torch.save writes it (a zip of data.pkl and one file per storage), made
+    without torch: the pickle names torch._utils._rebuild_tensor_v2 and torch.<T>Storage, which
+    stand-in modules let Python's pickler spell."""
+    import collections, io, pickle, sys, types, zipfile
+    torch = types.ModuleType("torch")
+    utils = types.ModuleType("torch._utils")
+
+    def _rebuild_tensor_v2(*args):
+        raise RuntimeError("a stand-in: only its name is pickled")
+
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+    storage_types = {"F32": "FloatStorage", "F16": "HalfStorage", "BF16": "BFloat16Storage", "I64": "LongStorage"}
+    for cls in storage_types.values():
+        setattr(torch, cls, type(cls, (), {"__module__": "torch"}))
+    saved = {k: sys.modules.get(k) for k in ("torch", "torch._utils")}
+    sys.modules["torch"], sys.modules["torch._utils"] = torch, utils
+    try:
+        class Storage:
+            def __init__(self, key, kind, numel):
+                self.key, self.kind, self.numel = key, kind, numel
+
+        class Tensor:
+            def __init__(self, storage, shape):
+                self.storage, self.shape = storage, shape
+
+            def __reduce__(self):
+                stride, acc = [], 1
+                for d in reversed(self.shape):
+                    stride.insert(0, acc)
+                    acc *= d
+                return (_rebuild_tensor_v2, (self.storage, 0, tuple(self.shape), tuple(stride), False,
+                                             collections.OrderedDict()))
+
+        class Pickler(pickle.Pickler):
+            def persistent_id(self, obj):
+                if isinstance(obj, Storage):
+                    return ("storage", getattr(torch, storage_types[obj.kind]), obj.key, "cpu", obj.numel)
+                return None
+
+        sd, files = collections.OrderedDict(), []
+        for k, (name, e) in enumerate(entries):
+            a, b = e["data_offsets"]
+            size = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8}[e["dtype"]]
+            sd[name] = Tensor(Storage(str(k), e["dtype"], (b - a) // size), e["shape"])
+            files.append((str(k), data[a:b]))
+        buf = io.BytesIO()
+        Pickler(buf, protocol=2).dump(sd)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        for key, blob in files:
+            z.writestr(f"archive/data/{key}", blob)
+        z.writestr("archive/version", "3\n")
+
+
+def formats(accel, models, work):
+    """The reference models' weights as safetensors shards and as pytorch_model.bin give the
+    reference tokens through `accel run`, as the single model.safetensors does."""
+    for name in ("tiny_llama", "tiny_gpt2"):
+        src = models / name
+        ref = json.loads((src / "reference.json").read_text())
+        expected = ref.get("greedy_new_tokens_cached", ref["greedy_new_tokens"])
+        ids = ",".join(map(str, ref["prompt_ids"]))
+        entries, data = safetensors_tensors(src / "model.safetensors")
+        for label, write in (("safetensors shards", lambda f: write_sharded(f, entries, data)),
+                             ("pytorch_model.bin", lambda f: write_torch_bin(f / "pytorch_model.bin", entries, data))):
+            folder = work / f"{name}_{label.split()[0].replace('.', '_')}"
+            folder.mkdir()
+            shutil.copy(src / "config.json", folder / "config.json")
+            write(folder)
+            out = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", len(expected), "--json"), f"{name} {label}")
+            check(out.get("generated_ids") == expected, f"{name} {label}: {out.get('generated_ids')} != {expected}")
 
 
 def dtypes(accel, models):
@@ -262,7 +383,7 @@ def main():
     work.mkdir(parents=True)
     {"reference": lambda: reference(accel, models), "dtypes": lambda: dtypes(accel, models),
      "prompt": lambda: prompt(accel, models, work), "errors": lambda: errors(accel, models, work),
-     "placement": lambda: placement(accel, models, work)}[group]()
+     "placement": lambda: placement(accel, models, work), "formats": lambda: formats(accel, models, work)}[group]()
     print(f"{group}: {'FAILED ' + str(len(FAILURES)) if FAILURES else 'ok'}")
     return 1 if FAILURES else 0
 

@@ -108,8 +108,9 @@ if(TARGET accel_cli)
   endif()
   # `accel run` on the reference model folders (check_run.py): greedy tokens against the
   # independent references, dtypes and seeded sampling, --prompt through a tokenizer.json, the
-  # errors of incomplete or inconsistent folders, and placement under a CPU budget.
-  foreach(group reference dtypes prompt errors placement)
+  # errors of incomplete or inconsistent folders, placement under a CPU budget, and the same weights
+  # as safetensors shards and as a pytorch_model.bin written without torch (formats).
+  foreach(group reference dtypes prompt errors placement formats)
     add_test(NAME cli_run_${group}
              COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_run.py ${group} $<TARGET_FILE:accel_cli>
                      ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_run_${group})
