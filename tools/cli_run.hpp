@@ -485,9 +485,19 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   if (tok && g.eos_token_ids.empty() && p.model->info().eos_token_ids.empty() && tok->eos_id()) {
     g.eos_token_ids = {static_cast<std::int64_t>(*tok->eos_id())};
   }
-  // A model placed whole on one device has no hooks to move its inputs: the ids start there.
+  // Hooks move the inputs to where the blocks compute; a model placed whole on one device (a plan
+  // that fits one GPU, or the check's reference) has none, so the ids start on its device.
   const Tensor host_ids = Tensor::from_vector(out.prompt_ids, Shape{1, static_cast<std::int64_t>(out.prompt_ids.size())});
-  const Tensor ids = req.whole_on ? host_ids.to(req.whole_on->device()) : host_ids;
+  Device input_device = Device::cpu();
+  if (!p.model->module().hook()) {
+    for (const auto& [name, t] : p.model->module().named_parameters()) {
+      if (t.defined() && !t.is_meta()) {
+        input_device = t.device();
+        break;
+      }
+    }
+  }
+  const Tensor ids = input_device.is_cpu() ? host_ids : host_ids.to(input_device);
   const auto stream = detail::offload_stream(p.model->module());
   if (stream) stream->reset_stats();
   if (stages) stages->reset_stats();
