@@ -2,6 +2,7 @@
 // weight's quant state in the file beside it):
 //
 //   auto tensors = bnb_checkpoint_tensors("model.safetensors");     // a file or a sharded index
+//   auto some = bnb_checkpoint_tensors(path, "model.layers.0.mlp.up_proj");   // names under a prefix
 //   std::vector<BnbWeightInfo> ws = bnb_weights(tensors);            // each 4-bit / int8 weight
 //   std::optional<Tensor> w = bnb_dequantize(tensors, "model.layers.0.mlp.up_proj.weight");
 //
@@ -39,17 +40,22 @@ struct BnbWeightInfo {
   std::int64_t blocksize = 0;  ///< 4-bit blocks (0 for int8: one scale per row)
 };
 
-/// Every tensor of a safetensors file or a sharded safetensors index, by name, as mapped views.
-/// Other formats hold no bitsandbytes state: an empty map.
-inline std::map<std::string, Tensor> bnb_checkpoint_tensors(const std::string& path) {
+/// The tensors of a safetensors file or a sharded safetensors index whose names start with
+/// `prefix` (all of them by default), by name, as mapped views; only the shards holding them are
+/// opened. Other formats hold no bitsandbytes state: an empty map.
+inline std::map<std::string, Tensor> bnb_checkpoint_tensors(const std::string& path, std::string_view prefix = {}) {
   const io::ResolvedCheckpoint c = io::resolve_checkpoint(path);
   std::map<std::string, Tensor> out;
   if (c.format == io::CheckpointFormat::safetensors) {
     const auto f = io::SafetensorsFile::open(c.path.string());
-    for (const auto& name : f.keys()) out.emplace(name, f.tensor(name));
+    for (const auto& name : f.keys()) {
+      if (name.starts_with(prefix)) out.emplace(name, f.tensor(name));
+    }
   } else if (c.format == io::CheckpointFormat::sharded_index) {
     const auto ck = io::ShardedCheckpoint::open(c.path.string());
-    for (const auto& name : ck.keys()) out.emplace(name, ck.tensor(name));
+    for (const auto& name : ck.keys()) {
+      if (name.starts_with(prefix)) out.emplace(name, ck.tensor(name));
+    }
   }
   return out;
 }

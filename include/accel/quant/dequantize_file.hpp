@@ -43,7 +43,10 @@ inline Tensor dequantize_tensor(const std::string& path, std::string_view name) 
       return io::dequantize(io::GgufFile::open(file), name);
     case io::CheckpointFormat::safetensors:
     case io::CheckpointFormat::sharded_index: {
-      const auto tensors = bnb_checkpoint_tensors(file);
+      // Only the module's tensors: a 4-bit weight's state sits under "<name>.", an int8 weight's
+      // SCB beside it under "<module>.".
+      const std::string_view module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+      const auto tensors = bnb_checkpoint_tensors(file, module);
       try {
         // The state readers name the tensor; the file is named here.
         if (auto w = bnb_dequantize(tensors, std::string(name))) return *w;
