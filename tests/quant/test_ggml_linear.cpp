@@ -9,6 +9,7 @@
 #include "../temp_dir.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -21,11 +22,16 @@
 #include "accel/io/gguf.hpp"
 #include "accel/io/gguf_write.hpp"
 #include "accel/io/load_state_dict.hpp"
+#include "accel/io/safetensors_write.hpp"
+#include "accel/models/hf_models.hpp"
+#include "accel/ops/elementwise.hpp"
+#include "accel/utils/random.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/quant/ggml_dot.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
+#include "accel/quant/layer_swap.hpp"
 
 namespace fs = std::filesystem;
 using namespace accel;
@@ -85,8 +91,7 @@ void write_quantized_gguf(const std::string& name, GgmlType type, const std::str
     const std::size_t n = static_cast<std::size_t>(v.numel());
     std::string bytes(io::ggml_row_nbytes(type, t.ne[0]) * t.ne[1], '\0');
     const auto* x = static_cast<const float*>(v.data_ptr());
-    if (type == GgmlType::q8_0) quantize_row_q8_0(x, reinterpret_cast<io::block_q8_0*>(bytes.data()), n);
-    else quantize_row_q4_0(x, reinterpret_cast<io::block_q4_0*>(bytes.data()), n);
+    quantize_rows(type, x, reinterpret_cast<std::byte*>(bytes.data()), n);
     d.add_tensor(t.name, io::dequantize_ggml(type, io::as_bytes(bytes), v.shape()));
     q.add_tensor_bytes(t.name, type, t.ne, std::move(bytes));
   }
@@ -183,6 +188,30 @@ TEST_CASE("the reference quantizers follow ggml's definitions", "[quant][ggml]")
   CHECK(b8.qs[5] == -127);
 }
 
+TEST_CASE("the reference quantizers give llama-quantize's bytes", "[quant][ggml]") {
+  const auto dir = std::filesystem::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "ggml_quantize";
+  const auto input = io::GgufFile::open((dir / "input_f32.gguf").string());
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
+    const std::string tname(io::ggml_type_name(type));
+    const auto ref = io::GgufFile::open((dir / ("llama_quantize_" + tname + ".gguf")).string());
+    for (const auto& t : input.tensors()) {
+      INFO(tname << " " << t.name);
+      REQUIRE(ref.info(t.name).type == type);
+      const Tensor x = input.tensor(t.name).contiguous();
+      const auto want = ref.bytes(t.name);
+      std::vector<std::byte> got(want.size());
+      quantize_rows(type, static_cast<const float*>(x.data_ptr()), got.data(), static_cast<std::size_t>(x.numel()));
+      CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end()));
+    }
+  }
+  std::vector<std::byte> out(1024);
+  const std::vector<float> x(256, 1.0f);
+  CHECK_THROWS_AS(quantize_rows(GgmlType::q6_k, x.data(), out.data(), 256), ValueError);
+  CHECK_THROWS_AS(quantize_rows(GgmlType::q4_k, x.data(), out.data(), 100), ValueError);
+  CHECK(can_quantize_to(GgmlType::q4_k));
+  CHECK_FALSE(can_quantize_to(GgmlType::q5_k));
+}
+
 TEST_CASE("GgufQuantizer keeps GGUF blocks: swapped layers, planned packed, within bounds of the float model",
           "[quant][gguf]") {
   for (const std::string name : {"tiny_llama", "tiny_gpt2"}) {
@@ -226,6 +255,85 @@ TEST_CASE("GgufQuantizer keeps GGUF blocks: swapped layers, planned packed, with
       CHECK(p.model->logits(prompt()).to_vector<float>() == ref_logits.to_vector<float>());
     }
   }
+}
+
+namespace {
+
+// A one-block LLaMA whose rows are whole Q4_K super-blocks (256), random weights at 0.05.
+fs::path write_llama256(const accel_test::TempDir& dir) {
+  const nlohmann::json config = {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 64},
+                                 {"hidden_size", 256}, {"intermediate_size", 512}, {"num_hidden_layers", 1},
+                                 {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                 {"max_position_embeddings", 64}, {"tie_word_embeddings", false}};
+  auto lm = models::causal_lm_from_hf_config(config);
+  set_seed(0);
+  for (const auto& [name, p] : lm->module().named_parameters()) {
+    if (p.dim() == 2) Tensor(p).copy_(ops::mul(randn(p.shape()), Tensor::full({}, 0.05)));
+  }
+  const fs::path out = dir.file("llama256");
+  fs::create_directories(out);
+  io::save_file(lm->module().state_dict(), (out / "model.safetensors").string());
+  std::ofstream(out / "config.json") << config.dump();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("GgufQuantizer quantizes a float checkpoint on load to Q8_0, Q4_0 and Q4_K", "[quant][gguf]") {
+  // Documented bounds (logits, RMS relative to the float model, random weights; measured 1.2-1.7%,
+  // 14% and 11-17%): Q8_0 2%, Q4_K 20%, Q4_0 25%.
+  accel_test::TempDir dir;
+  const std::vector<fs::path> models = {model_dir("tiny_llama"), model_dir("tiny_gpt2"), write_llama256(dir)};
+  for (const auto& path : models) {
+    auto ref = dispatch::load_pretrained_causal_lm(path.string(), {.dtype = DType::f32, .show_progress = false});
+    const Tensor ref_logits = ref.model->logits(prompt());
+    for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
+      INFO(path.filename().string() << " " << io::ggml_type_name(type));
+      GgufQuantizer q({.compute_dtype = DType::f32, .quant_type = type});
+      CHECK_FALSE(q.pre_quantized());
+      AnyQuantizer any(q);
+      auto p = dispatch::load_pretrained_causal_lm(path.string(), {.dtype = DType::f32, .show_progress = false, .quantizer = any});
+      std::size_t swapped = 0;
+      const auto block = static_cast<std::int64_t>(io::ggml_type_info(type).block_size);
+      for (const auto& [n, m] : p.model->module().named_modules()) {
+        if (auto* g = dynamic_cast<GgmlLinear*>(m)) {
+          ++swapped;
+          CHECK(g->quant_type() == type);
+          CHECK(g->weight().is_cpu());
+          // The blocks are ggml's quantization of the float weight ([out, in]; a Conv1D's transposed).
+          const bool conv1d = ref.model->module().get_submodule(n).class_name() == "Conv1D";
+          const Tensor wf = ref.model->module().get_parameter(n + ".weight").to(DType::f32);
+          const Tensor w = (conv1d ? wf.t() : wf).contiguous();
+          std::vector<std::byte> bytes(static_cast<std::size_t>(g->weight().nbytes()));
+          quantize_rows(type, static_cast<const float*>(w.data_ptr()), bytes.data(), static_cast<std::size_t>(w.numel()));
+          CHECK(std::memcmp(bytes.data(), g->weight().data_ptr(), bytes.size()) == 0);
+        } else if (!n.empty() && is_float_linear(*m)) {
+          // Kept float: the output head, or rows that are not whole blocks.
+          const std::int64_t in = m->get_parameter("weight").size(m->class_name() == "Conv1D" ? 0 : 1);
+          CHECK((n == "lm_head" || in % block != 0));
+        }
+      }
+      CHECK(any.target<GgufQuantizer>()->swapped() == swapped);
+      if (block == 32 || path.filename() == "llama256") CHECK(swapped >= 2);
+      if (swapped == 0) continue;  // Q4_K needs rows of 256: the tiny models have none
+      const Tensor logits = p.model->logits(prompt());
+      const double bound = type == GgmlType::q8_0 ? 0.02 : type == GgmlType::q4_k ? 0.20 : 0.25;
+      CHECK(rel_err(logits.to_vector<float>(), ref_logits.to_vector<float>()) < bound);
+      // dequantize(): float layers again (a GPT-2 Conv1D a Conv1D), computing what the blocks stand for.
+      any.dequantize(p.model->module());
+      for (const auto& [n, m] : p.model->module().named_modules()) CHECK_FALSE(dynamic_cast<GgmlLinear*>(m));
+      if (path.filename() == "tiny_gpt2") {
+        CHECK(p.model->module().get_submodule("transformer.h.0.attn.c_attn").class_name() == "Conv1D");
+      }
+      CHECK(rel_err(p.model->logits(prompt()).to_vector<float>(), ref_logits.to_vector<float>()) < bound);
+    }
+  }
+  CHECK_THROWS_AS(GgufQuantizer({.quant_type = GgmlType::q6_k}), ValueError);
+  const GGUFQuantizationConfig c{.compute_dtype = DType::f16, .quant_type = GgmlType::q4_k};
+  CHECK(c.to_json()["quant_type"] == "Q4_K");
+  CHECK(GGUFQuantizationConfig::from_json(c.to_json()).quant_type == GgmlType::q4_k);
+  CHECK_THROWS_AS(GGUFQuantizationConfig::from_json({{"quant_method", "gguf"}, {"quant_type", "Q5_K"}}), ValueError);
+  CHECK_THROWS_AS(GGUFQuantizationConfig::from_json({{"quant_method", "gguf"}, {"quant_type", "Q9"}}), ValueError);
 }
 
 TEST_CASE("GGUFQuantizationConfig reads and writes Diffusers' JSON", "[quant][gguf]") {

@@ -5,7 +5,7 @@
 //   BnbQuantizer q(BitsAndBytesConfig{.load_in_4bit = true, .bnb_4bit_quant_type = BnbQuantType::nf4});
 //   load_pretrained_causal_lm("model/", {.quantizer = q})           quantized on load, or a bnb folder
 //   BnbQuantizer::from_model_config(config_json)                     a bnb folder's quantization_config
-//   get_keys_to_not_convert(model)                                   the default skip list
+//   get_keys_to_not_convert(model)                                   the default skip list (layer_swap.hpp)
 //   load_and_quantize_model(model, BnbQuantizationConfig, weights, options)   Accelerate's function
 //   save_bnb_model(model, config_json, out_dir)                      model.safetensors + config.json
 //
@@ -89,25 +89,9 @@
 #include "accel/quant/bnb_config.hpp"
 #include "accel/quant/bnb_int8.hpp"
 #include "accel/quant/bnb_linear.hpp"
+#include "accel/quant/layer_swap.hpp"
 
 namespace accel::quant {
-
-/// Accelerate's get_keys_to_not_convert: the modules kept in floating point by default, the last
-/// child of `model` (a causal LM's output head) and every module holding a tied parameter.
-inline std::vector<std::string> get_keys_to_not_convert(const nn::Module& model) {
-  std::vector<std::string> keys;
-  auto add = [&](std::string name) {
-    for (const char* suffix : {".weight", ".bias"}) {
-      if (name.ends_with(suffix)) name.resize(name.size() - std::string_view(suffix).size());
-    }
-    if (std::find(keys.begin(), keys.end(), name) == keys.end()) keys.push_back(std::move(name));
-  };
-  for (const auto& group : nn::find_tied_parameters(model)) {
-    for (const auto& n : group) add(n);
-  }
-  if (!model.child_slots().empty()) add(model.child_slots().back().name);
-  return keys;
-}
 
 namespace detail {
 
@@ -130,14 +114,6 @@ inline std::optional<BnbStateName> bnb_state_name(std::string_view name) {
   }
   return std::nullopt;
 }
-
-inline std::pair<std::string, std::string> split_last(const std::string& path) {
-  const auto dot = path.rfind('.');
-  if (dot == std::string::npos) return {"", path};
-  return {path.substr(0, dot), path.substr(dot + 1)};
-}
-
-inline bool is_float_linear(const nn::Module& m) { return m.class_name() == "Linear" || m.class_name() == "Conv1D"; }
 
 }  // namespace detail
 
@@ -226,7 +202,7 @@ class BnbQuantizer : public dispatch::QuantizerDefaults {
     } else {
       skip_ = config_.llm_int8_skip_modules.value_or(get_keys_to_not_convert(model));
       for (const auto& [path, m] : model.named_modules()) {
-        if (detail::is_float_linear(*m) && !dispatch::in_keep_in_fp32_modules(path, *skip_))
+        if (is_float_linear(*m) && !dispatch::in_keep_in_fp32_modules(path, *skip_))
           targets.emplace(path, config_.load_in_4bit);
       }
     }
@@ -235,15 +211,11 @@ class BnbQuantizer : public dispatch::QuantizerDefaults {
     swapped_ = 0;
     for (const auto& [path, four_bit] : targets) {
       nn::Module& m = model.get_submodule(path);
-      if (!detail::is_float_linear(m)) {
+      if (!is_float_linear(m)) {
         throw FormatError(file_of(path + ".weight") + ": the checkpoint stores bitsandbytes state for '" + path +
                           "', which is a " + m.class_name() + " here, not a Linear or Conv1D");
       }
-      // A weight shared with another module (a tied head) stays a float parameter.
-      std::size_t sharing = 0;
-      const auto cell = m.parameter_cell("weight");
-      for (const auto& [n, c] : cells) sharing += c == cell ? 1 : 0;
-      if (sharing > 1) continue;
+      if (weight_is_shared(cells, m)) continue;  // a tied head stays a float parameter
       swap(model, path, m, four_bit);
       ++swapped_;
     }
@@ -340,21 +312,9 @@ class BnbQuantizer : public dispatch::QuantizerDefaults {
       auto* q8 = dynamic_cast<Linear8bitLt*>(m);
       if (!q4 && !q8) continue;
       const bool conv1d = q4 ? q4->options().transposed_source : q8->options().transposed_source;
-      const std::int64_t in = q4 ? q4->in_features() : q8->in_features(),
-                         out = q4 ? q4->out_features() : q8->out_features();
-      const Tensor w = q4 ? q4->dequantized_weight() : q8->dequantized_weight();
-      const Tensor b = q4 ? q4->bias() : q8->bias();
-      std::shared_ptr<nn::Module> f;
-      {
-        auto meta = nn::init_empty_weights(false);
-        f = conv1d ? std::shared_ptr<nn::Module>(std::make_shared<nn::Conv1D>(in, out, w.dtype()))
-                   : std::make_shared<nn::Linear>(in, out, b.defined(), w.dtype());
-      }
-      f->parameter_cell("weight")->data = conv1d ? w.t().contiguous() : w;
       // Conv1D always has a bias; a Linear4bit that replaced one kept it.
-      if (b.defined()) f->parameter_cell("bias")->data = b;
-      const auto [parent, leaf] = detail::split_last(path);
-      model.get_submodule(parent).replace_module(leaf, f);
+      restore_float_layer(model, path, q4 ? q4->dequantized_weight() : q8->dequantized_weight(),
+                          q4 ? q4->bias() : q8->bias(), conv1d);
     }
   }
 
@@ -549,8 +509,7 @@ class BnbQuantizer : public dispatch::QuantizerDefaults {
       const Tensor& b = m.get_parameter("bias");
       q->parameter_cell("bias")->data = b.is_meta() ? Tensor::empty(b.shape(), dtype, Device::meta()) : b.to(dtype);
     }
-    const auto [parent, leaf] = detail::split_last(path);
-    model.get_submodule(parent).replace_module(leaf, q);
+    replace_layer(model, path, q);
   }
 
   BitsAndBytesConfig config_;
@@ -583,7 +542,7 @@ inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
     } else if (const auto* q8 = dynamic_cast<const Linear8bitLt*>(m); q8 && !c.is_quantizable()) {
       c.load_in_8bit = true;
       c.llm_int8_threshold = q8->options().threshold;
-    } else if (detail::is_float_linear(*m)) {
+    } else if (is_float_linear(*m)) {
       kept.push_back(path);
     }
   }
