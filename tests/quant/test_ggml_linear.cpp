@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "../temp_dir.hpp"
+#include "random_llama.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -22,10 +23,6 @@
 #include "accel/io/gguf.hpp"
 #include "accel/io/gguf_write.hpp"
 #include "accel/io/load_state_dict.hpp"
-#include "accel/io/safetensors_write.hpp"
-#include "accel/models/hf_models.hpp"
-#include "accel/ops/elementwise.hpp"
-#include "accel/utils/random.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/quant/ggml_dot.hpp"
 #include "accel/quant/ggml_linear.hpp"
@@ -257,33 +254,12 @@ TEST_CASE("GgufQuantizer keeps GGUF blocks: swapped layers, planned packed, with
   }
 }
 
-namespace {
-
-// A one-block LLaMA whose rows are whole Q4_K super-blocks (256), random weights at 0.05.
-fs::path write_llama256(const accel_test::TempDir& dir) {
-  const nlohmann::json config = {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 64},
-                                 {"hidden_size", 256}, {"intermediate_size", 512}, {"num_hidden_layers", 1},
-                                 {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                                 {"max_position_embeddings", 64}, {"tie_word_embeddings", false}};
-  auto lm = models::causal_lm_from_hf_config(config);
-  set_seed(0);
-  for (const auto& [name, p] : lm->module().named_parameters()) {
-    if (p.dim() == 2) Tensor(p).copy_(ops::mul(randn(p.shape()), Tensor::full({}, 0.05)));
-  }
-  const fs::path out = dir.file("llama256");
-  fs::create_directories(out);
-  io::save_file(lm->module().state_dict(), (out / "model.safetensors").string());
-  std::ofstream(out / "config.json") << config.dump();
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("GgufQuantizer quantizes a float checkpoint on load to Q8_0, Q4_0 and Q4_K", "[quant][gguf]") {
   // Documented bounds (logits, RMS relative to the float model, random weights; measured 1.2-1.7%,
   // 14% and 11-17%): Q8_0 2%, Q4_K 20%, Q4_0 25%.
   accel_test::TempDir dir;
-  const std::vector<fs::path> models = {model_dir("tiny_llama"), model_dir("tiny_gpt2"), write_llama256(dir)};
+  const std::vector<fs::path> models = {model_dir("tiny_llama"), model_dir("tiny_gpt2"), accel_test::write_random_llama(dir, "llama256")};
   for (const auto& path : models) {
     auto ref = dispatch::load_pretrained_causal_lm(path.string(), {.dtype = DType::f32, .show_progress = false});
     const Tensor ref_logits = ref.model->logits(prompt());

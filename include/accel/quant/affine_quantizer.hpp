@@ -1,0 +1,128 @@
+// The part of the Quanto and TorchAO backends they share: quantize on load into AffineLinear layers.
+//
+//   AffineQuantizerBase(name, scheme, group, skip)     a dispatch::Quantizer over one AffineScheme
+//
+// preprocess_model swaps every Linear / Conv1D outside the skip list (modules_to_not_convert, else
+// get_keys_to_not_convert: the output head and tied modules) for an AffineLinear on the meta model,
+// so the planner sizes the codes and scales; each float weight the loader streams in is quantized
+// (quant/affine.hpp) and stored, so the CPU holds the quantized model plus one float weight at a
+// time. dequantize() restores float layers (a GPT-2 Conv1D a Conv1D) in the dtype they were built in.
+// Differences from Diffusers: the layers compute on the CPU (a GPU placement is a DeviceError), so
+// update_device_map defaults to {"": cpu}; the quantized layers are this library's layout, not
+// Quanto's QBytesTensor / TorchAO's AffineQuantizedTensor, and are not serializable yet.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "accel/core/errors.hpp"
+#include "accel/dispatch/quantizer.hpp"
+#include "accel/quant/affine.hpp"
+#include "accel/quant/layer_swap.hpp"
+
+namespace accel::quant {
+
+/// A quantize-on-load backend over one AffineScheme (see the header comment).
+class AffineQuantizerBase : public dispatch::QuantizerDefaults {
+ public:
+  /// `skip`: the modules kept float; nullopt: get_keys_to_not_convert of the model (transformers'
+  /// default for Quanto), an empty list: none.
+  AffineQuantizerBase(std::string name, AffineScheme scheme, std::int64_t group,
+                      std::optional<std::vector<std::string>> skip)
+      : name_(std::move(name)), scheme_(scheme), group_(group), skip_(std::move(skip)) {
+    detail::check_affine_group(scheme, group_ == 0 ? affine_scheme_info(scheme).group : group_);
+  }
+
+  std::string name() const { return name_; }
+  /// The skip list in force: after preprocess_model, the resolved one.
+  std::vector<std::string> modules_to_not_convert() const { return skip_.value_or(std::vector<std::string>{}); }
+  bool is_serializable() const { return false; }
+  AffineScheme scheme() const noexcept { return scheme_; }
+  /// Layers swapped by the last preprocess_model.
+  std::size_t swapped() const noexcept { return layers_.size(); }
+
+  /// Everything on the CPU, where the kernels run, when no map is given.
+  std::optional<plan::DeviceMap> update_device_map(std::optional<plan::DeviceMap> device_map) {
+    if (device_map) return device_map;
+    plan::DeviceMap dm;
+    dm.set("", Placement::cpu());
+    return dm;
+  }
+  /// 90% of each budget: headroom for quantizing (Diffusers' factor for Quanto and TorchAO).
+  plan::MaxMemory adjust_max_memory(const plan::MaxMemory& max_memory) {
+    plan::MaxMemory out;
+    for (const auto& [k, v] : max_memory) out.add(k, ByteSize(static_cast<std::int64_t>(std::floor(v.bytes() * 0.9))));
+    return out;
+  }
+
+  /// Swaps the float layers on the meta model (see the header comment).
+  void preprocess_model(nn::Module& model, std::span<const std::string>) {
+    if (!skip_) skip_ = get_keys_to_not_convert(model);
+    layers_.swap(model, *skip_, [&](const std::string&, const FloatLinear& f) -> std::shared_ptr<nn::Module> {
+      return std::make_shared<AffineLinear>(f.in, f.out, scheme_, group_, f.has_bias, f.bias_dtype);
+    });
+  }
+  bool check_if_quantized_param(const nn::Module&, const Tensor&, const std::string& name) {
+    return layers_.weight_of(name) != nullptr;
+  }
+  bool check_quantized_param_shape(const std::string& name, const Tensor&, const Tensor& loaded) {
+    const FloatLinear* f = layers_.weight_of(name);
+    return f && loaded.numel() == f->in * f->out;
+  }
+  /// Quantizes the float weight into the layer on `device` (the CPU); DeviceError for a GPU.
+  void create_quantized_param(nn::Module& model, const Tensor& value, const std::string& name, Device device) {
+    const FloatLinear* f = layers_.weight_of(name);
+    if (!f) throw ValueError(name_ + ": '" + name + "' is not the weight of a layer quantized on load");
+    if (!device.is_cpu() && !device.is_meta()) {
+      throw DeviceError(name_ + ": '" + name + "' is placed on " + device.str() +
+                        "; its quantized layers compute on the CPU here (place them on \"cpu\")");
+    }
+    auto& layer = dynamic_cast<AffineLinear&>(model.get_submodule(name.substr(0, name.size() - 7)));
+    layer.set_quantized_weight(quantize_affine(scheme_, SwappedLayers::out_in_f32(name, value, *f), layer.group_size()),
+                               device);
+  }
+  /// The scales (and mins) are filled with the weight: not missing once it is.
+  std::vector<std::string> update_missing_keys(const nn::Module& model, std::vector<std::string> missing,
+                                               const std::string& prefix) {
+    std::erase_if(missing, [&](const std::string& full) {
+      const std::string n = full.starts_with(prefix) ? full.substr(prefix.size()) : full;
+      for (const char* side : {".weight_scale", ".weight_min"}) {
+        if (!n.ends_with(side)) continue;
+        const std::string layer = n.substr(0, n.size() - std::string_view(side).size());
+        if (!layers_.layers().count(layer)) return false;
+        const Tensor* w = model.find_parameter(layer + ".weight");
+        return w && !w->is_meta();
+      }
+      return false;
+    });
+    return missing;
+  }
+
+  /// Every AffineLinear back to the float layer it replaced, holding the dequantized weight.
+  void dequantize(nn::Module& model) {
+    for (const auto& [path, m] : model.named_modules()) {
+      auto* q = dynamic_cast<AffineLinear*>(m);
+      if (!q) continue;
+      const auto it = layers_.layers().find(path);
+      const DType dtype = it != layers_.layers().end() ? it->second.weight_dtype : DType::f32;
+      const Tensor b = q->bias();
+      restore_float_layer(model, path, q->dequantized_weight().to(dtype), b.defined() ? b.to(Device::cpu()) : Tensor(),
+                          it != layers_.layers().end() && it->second.conv1d);
+    }
+  }
+
+ private:
+  std::string name_;
+  AffineScheme scheme_;
+  std::int64_t group_;
+  std::optional<std::vector<std::string>> skip_;
+  SwappedLayers layers_;
+};
+
+}  // namespace accel::quant

@@ -1,0 +1,40 @@
+// A quantizer from a "quantization_config", whichever backend wrote it: transformers'
+// AutoHfQuantizer.from_config and Diffusers' DiffusersAutoQuantizer in one function.
+//
+//   quantizer_from_config(j)       j["quant_method"]: "bitsandbytes", "gguf", "quanto" or "torchao"
+//   quant_methods()                those names
+//
+// Each backend's own from_json reads the rest and names what is wrong; an unknown or missing
+// quant_method is a ValueError listing the known ones.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/errors.hpp"
+#include "accel/dispatch/quantizer.hpp"
+#include "accel/quant/bnb_config.hpp"
+#include "accel/quant/bnb_quantizer.hpp"
+#include "accel/quant/gguf_quantizer.hpp"
+#include "accel/quant/quanto.hpp"
+#include "accel/quant/torchao.hpp"
+
+namespace accel::quant {
+
+inline std::vector<std::string> quant_methods() { return {"bitsandbytes", "gguf", "quanto", "torchao"}; }
+
+/// The backend of a quantization_config JSON object (see the header comment).
+inline AnyQuantizer quantizer_from_config(const nlohmann::json& j) {
+  const auto* method = j.is_object() && j.contains("quant_method") ? &j.at("quant_method") : nullptr;
+  const std::string m = method && method->is_string() ? method->get<std::string>() : std::string();
+  if (m == "bitsandbytes") return BnbQuantizer(BitsAndBytesConfig::from_json(j));
+  if (m == "gguf") return GgufQuantizer(GGUFQuantizationConfig::from_json(j));
+  if (m == "quanto") return QuantoQuantizer(QuantoConfig::from_json(j));
+  if (m == "torchao") return TorchAoQuantizer(TorchAoConfig::from_json(j));
+  throw ValueError("quantization_config: quant_method " + (method ? method->dump() : std::string("is missing")) +
+                   (method ? " is not one of " : "; expected one of ") + detail::join_quoted(quant_methods()));
+}
+
+}  // namespace accel::quant

@@ -1,0 +1,96 @@
+// The Quanto backend: Diffusers' QuantoConfig and QuantoQuantizer (optimum-quanto's weight types).
+//
+//   QuantoConfig{.weights_dtype = "int4"}              {"quant_method": "quanto", "weights_dtype": "int4", ...}
+//   c.validate() / c.to_json() / QuantoConfig::from_json(j)
+//   QuantoQuantizer q(config);                         a dispatch::Quantizer (quantize on load)
+//
+// weights_dtype picks the scheme (quant/affine.hpp): "int8" per output channel, "int4" and "int2"
+// per group of 128 with a min (Quanto's MaxOptimizer), "float8" (e4m3fn) per output channel.
+// Activations stay float. update_torch_dtype picks float32 when none is given, as Diffusers does.
+// Differences from Diffusers: from_json also reads transformers' spelling ("weights", and
+// "activations", which must be null: activation quantization needs calibration, not built here);
+// the rest is AffineQuantizerBase's (quant/affine_quantizer.hpp).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accel/core/errors.hpp"
+#include "accel/quant/affine_quantizer.hpp"
+
+namespace accel::quant {
+
+/// Diffusers' QuantoConfig.
+struct QuantoConfig {
+  /// "float8", "int8", "int4" or "int2".
+  std::string weights_dtype = "int8";
+  /// Modules kept in float (nullopt: the output head and tied modules).
+  std::optional<std::vector<std::string>> modules_to_not_convert;
+
+  /// The scheme of weights_dtype; ValueError listing the allowed ones.
+  AffineScheme scheme() const {
+    if (weights_dtype == "int8") return AffineScheme::quanto_int8;
+    if (weights_dtype == "int4") return AffineScheme::quanto_int4;
+    if (weights_dtype == "int2") return AffineScheme::quanto_int2;
+    if (weights_dtype == "float8") return AffineScheme::quanto_float8;
+    throw ValueError("QuantoConfig: weights_dtype '" + weights_dtype + "' is not one of 'float8', 'int8', 'int4', 'int2'");
+  }
+  void validate() const { (void)scheme(); }
+
+  /// {"quant_method": "quanto", "weights_dtype": "int8", "modules_to_not_convert": null}
+  nlohmann::json to_json() const {
+    nlohmann::json j = {{"quant_method", "quanto"}, {"weights_dtype", weights_dtype}, {"modules_to_not_convert", nullptr}};
+    if (modules_to_not_convert) j["modules_to_not_convert"] = *modules_to_not_convert;
+    return j;
+  }
+  /// Reads to_json's form (and transformers' "weights"); ValueError naming what is wrong.
+  static QuantoConfig from_json(const nlohmann::json& j) {
+    if (!j.is_object() || j.value("quant_method", std::string()) != "quanto") {
+      throw ValueError("QuantoConfig: expected {\"quant_method\": \"quanto\", ...}, got " + j.dump());
+    }
+    QuantoConfig c;
+    for (const char* key : {"weights_dtype", "weights"}) {
+      if (!j.contains(key) || j.at(key).is_null()) continue;
+      if (!j.at(key).is_string()) throw ValueError(std::string("QuantoConfig: ") + key + " must be a string, got " + j.at(key).dump());
+      c.weights_dtype = j.at(key).get<std::string>();
+      break;
+    }
+    if (j.contains("activations") && !j.at("activations").is_null()) {
+      throw ValueError("QuantoConfig: activations " + j.at("activations").dump() +
+                       " are not supported (weights only: activations must be null)");
+    }
+    if (j.contains("modules_to_not_convert") && !j.at("modules_to_not_convert").is_null()) {
+      const auto& m = j.at("modules_to_not_convert");
+      if (!m.is_array()) throw ValueError("QuantoConfig: modules_to_not_convert must be a list of names, got " + m.dump());
+      std::vector<std::string> names;
+      for (const auto& x : m) {
+        if (!x.is_string()) throw ValueError("QuantoConfig: modules_to_not_convert must be a list of names, got " + m.dump());
+        names.push_back(x.get<std::string>());
+      }
+      c.modules_to_not_convert = std::move(names);
+    }
+    c.validate();
+    return c;
+  }
+};
+
+/// Diffusers' QuantoQuantizer (see the header comment).
+class QuantoQuantizer : public AffineQuantizerBase {
+ public:
+  explicit QuantoQuantizer(QuantoConfig config = {})
+      : AffineQuantizerBase("quanto", config.scheme(), 0, config.modules_to_not_convert),
+        config_(std::move(config)) {}
+  const QuantoConfig& config() const noexcept { return config_; }
+  /// float32 when no dtype is given (Diffusers).
+  std::optional<DType> update_torch_dtype(std::optional<DType> dtype) { return dtype ? dtype : DType::f32; }
+
+ private:
+  QuantoConfig config_;
+};
+
+static_assert(dispatch::Quantizer<QuantoQuantizer>);
+
+}  // namespace accel::quant
