@@ -11,7 +11,8 @@
 // loads back here (`accel run OUT_DIR`) and in transformers. Each float weight is quantized as it
 // streams in, so memory holds the quantized bytes plus one tensor. The float dtype (what the kept
 // layers hold and what weights are rounded to before quantizing) is --dtype, else config.json's.
-// `bnb_scheme_config` is also what `accel run --quantize` uses.
+// `bnb_scheme_config` is also what `accel run --quantize` uses for nf4 / fp4 / int8, and
+// `run_quantizer` maps every --quantize scheme of `accel run` to its backend.
 #pragma once
 
 #include <chrono>
@@ -29,6 +30,8 @@
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
+#include "accel/quant/gguf_quantizer.hpp"
+#include "accel/quant/torchao.hpp"
 #include "cli_command.hpp"
 #include "cli_common.hpp"
 #include "cli_progress.hpp"
@@ -53,6 +56,41 @@ inline quant::BitsAndBytesConfig bnb_scheme_config(const std::string& option, co
     throw UsageError(option + ": '" + scheme + "' is not a scheme here (nf4, fp4, int8)");
   }
   return c;
+}
+
+/// The --quantize schemes of `accel run`, and their backends.
+inline constexpr const char* run_quantize_schemes =
+    "nf4, fp4, int8 (bitsandbytes), q8_0, q4_0, q4_k (GGUF blocks), int4-g128 (or -g32, -g64, -g256: TorchAO\n"
+    "int4 weight-only groups) or fp8 (TorchAO float8 weight-only)";
+
+/// The quantizer of an `accel run --quantize` scheme (see run_quantize_schemes), computing in
+/// `compute`; UsageError naming the option for an unknown scheme or --double-quant beside a
+/// scheme without an absmax.
+inline AnyQuantizer run_quantizer(const std::string& option, const std::string& scheme, bool double_quant, DType compute) {
+  if (scheme == "nf4" || scheme == "fp4" || scheme == "int8") {
+    return quant::BnbQuantizer(bnb_scheme_config(option, scheme, double_quant, compute));
+  }
+  if (double_quant) throw UsageError(option + " " + scheme + ": --double-quant applies to nf4 and fp4 only");
+  if (const auto t = io::ggml_type_from_string(scheme); t && quant::can_quantize_to(*t)) {
+    return quant::GgufQuantizer({.compute_dtype = compute, .quant_type = *t});
+  }
+  for (const int g : {32, 64, 128, 256}) {
+    if (scheme == "int4-g" + std::to_string(g)) {
+      return quant::TorchAoQuantizer({.quant_type = "int4wo", .quant_type_kwargs = {{"group_size", g}}});
+    }
+  }
+  if (scheme == "fp8") return quant::TorchAoQuantizer({.quant_type = "float8wo"});
+  throw UsageError(option + ": '" + scheme + "' is not a scheme here (" + run_quantize_schemes + ")");
+}
+
+/// The layers of `model` that compute on quantized weights (every backend's layer class).
+inline std::size_t count_quantized_layers(const nn::Module& model) {
+  std::size_t n = 0;
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto& c = m->class_name();
+    n += c == "Linear4bit" || c == "Linear8bitLt" || c == "GGUFLinear" || c == "AffineQuantizedLinear";
+  }
+  return n;
 }
 
 /// True when `config` (a config.json object) says its checkpoint was saved quantized by bitsandbytes.

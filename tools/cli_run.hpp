@@ -1,7 +1,7 @@
 // accel run [MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T]
 //           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--disable-mmap]
 //           [--device-map auto|balanced|balanced_low_0|sequential|FILE.json] [--max-memory DEV=SIZE,...]
-//           [--quantize nf4|fp4|int8 [--double-quant]] [--offload-folder DIR] [--offload sync|prefetch:N]
+//           [--quantize SCHEME [--double-quant]] [--offload-folder DIR] [--offload sync|prefetch:N]
 //           [--check] [--json | --quiet] [--progress]
 //
 // Without MODEL_DIR it runs the built-in default model (default_model.hpp), written into the
@@ -115,7 +115,7 @@ struct RunRequest {
   /// Every weight on this device, no hooks (the token check's reference where the placed run
   /// computed on a GPU: the same kernels, so the same tokens); unset: the CPU.
   std::optional<Placement> whole_on;
-  /// --quantize: quantize on load with bitsandbytes (nf4, fp4, int8); --double-quant.
+  /// --quantize: quantize on load (cli_quantize.hpp's run_quantizer); --double-quant.
   std::optional<std::string> quantize;
   bool double_quant = false;
 };
@@ -154,6 +154,8 @@ struct RunResult {
   int processes = 1;                                 ///< > 1: split across mpirun's processes
   std::optional<dist::SplitDeviceMap> split_map;     ///< the placement across processes
   dist::PipelineStats pipeline;                      ///< what process 0 sent and received
+  std::optional<std::string> quantization;           ///< the quantizer's name, when there is one
+  std::size_t quantized_layers = 0;                  ///< layers computing on quantized weights
 };
 
 /// The process state of `accel run`: under mpirun with several processes the model is split.
@@ -212,7 +214,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
   r.quantize = args.value("--quantize");
   r.double_quant = args.flag("--double-quant");
   if (r.double_quant && !r.quantize) throw UsageError("--double-quant goes with --quantize nf4 or fp4");
-  if (r.quantize) (void)bnb_scheme_config("--quantize", *r.quantize, r.double_quant, DType::f32);
+  if (r.quantize) (void)run_quantizer("--quantize", *r.quantize, r.double_quant, DType::f32);
   r.offload_folder = args.value("--offload-folder");
   if (const auto v = args.value("--offload")) r.prefetch = parse_offload_policy(*v);
   if ((r.offload_folder || args.value("--offload")) && !r.device_map && !r.demo) {
@@ -378,13 +380,15 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     lo.quantizer = quant::GgufQuantizer({.compute_dtype = compute});
     if (req.quantize) throw UsageError("--quantize: " + req.model_dir.string() + " is a GGUF file, quantized already");
   } else {
-    // bitsandbytes: quantized on load (--quantize), or a folder saved quantized. The float layers
-    // keep the config's dtype (bitsandbytes' own default would be float16).
+    // Quantized on load (--quantize), or a bitsandbytes folder saved quantized. The float layers
+    // keep the config's dtype (bitsandbytes' own default would be float16, TorchAO's bfloat16).
     const nlohmann::json config = dispatch::read_model_config(req.model_dir);
     const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
     if (req.quantize) {
-      if (is_bnb_quantized(config)) throw UsageError("--quantize: " + req.model_dir.string() + " is quantized already");
-      lo.quantizer = quant::BnbQuantizer(bnb_scheme_config("--quantize", *req.quantize, req.double_quant, dtype));
+      if (config.contains("quantization_config")) {
+        throw UsageError("--quantize: " + req.model_dir.string() + " is quantized already");
+      }
+      lo.quantizer = run_quantizer("--quantize", *req.quantize, req.double_quant, dtype);
       lo.dtype = dtype;
     } else if (is_bnb_quantized(config)) {
       lo.quantizer = quant::BnbQuantizer::from_model_config(config);
@@ -466,6 +470,15 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   }
   out.model_type = p.model->info().model_type;
   out.dtype = p.dtype;
+  if (lo.quantizer) {
+    out.quantization = lo.quantizer->name();
+    out.quantized_layers = count_quantized_layers(p.model->module());
+    if (out.quantized_layers == 0 && req.quantize && !req.quiet) {
+      std::cerr << "accel run: --quantize " << *req.quantize
+                << ": no layer of this model fits the scheme (GGUF blocks need rows of whole blocks: 32, or 256 for "
+                   "q4_k); it runs unquantized\n";
+    }
+  }
   out.load_s = p.load_seconds;
   if (loaded) loaded(out);
   if (req.prompt) {
@@ -601,6 +614,11 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
       j["offload_gb_per_s"] = r.offload_gb_per_s ? nlohmann::ordered_json(*r.offload_gb_per_s) : nlohmann::ordered_json();
     }
     j["peak_bytes"] = r.peak_bytes;
+    if (r.quantization) {
+      j["quantization"] = {{"method", *r.quantization},
+                           {"scheme", req.quantize ? nlohmann::ordered_json(*req.quantize) : nlohmann::ordered_json()},
+                           {"layers", r.quantized_layers}};
+    }
     if (r.check) {
       j["check"] = {{"identical", r.check->identical},
                     {"first_difference", r.check->first_difference ? nlohmann::ordered_json(*r.check->first_difference)
@@ -633,6 +651,10 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
             << " s, " << r.generated_ids.size() << " new tokens, " << std::setprecision(1) << r.tokens_per_s
             << " tokens/s\n";
   if (r.offload_gb_per_s) std::cout << "offload stream " << std::setprecision(2) << *r.offload_gb_per_s << " GB/s\n";
+  if (r.quantization) {
+    std::cout << "quantized: " << r.quantized_layers << " layers (" << *r.quantization
+              << (req.quantize ? " " + *req.quantize : std::string()) << ")\n";
+  }
   std::cout << "peak:";
   for (const auto& [where, bytes] : r.peak_bytes) {
     const bool rss = where == "rss" || where.ends_with(":rss");
@@ -758,7 +780,7 @@ inline Command run_command() {
       .summary = "generate with a Hugging Face model folder (GPT-2, LLaMA, Mistral, Qwen2) or the built-in model",
       .usage = "[MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
                "       [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--device-map STRATEGY|FILE.json]\n"
-               "       [--max-memory DEV=SIZE,...] [--quantize nf4|fp4|int8 [--double-quant]] [--offload-folder DIR]\n"
+               "       [--max-memory DEV=SIZE,...] [--quantize SCHEME [--double-quant]] [--offload-folder DIR]\n"
                "       [--offload sync|prefetch:N] [--check]\n"
                "       [--json | --quiet] [--progress]",
       .positionals = {{.name = "MODEL_DIR",
@@ -789,8 +811,8 @@ inline Command run_command() {
                            "default: each GPU's free memory and the CPU memory available now",
                    .repeatable = true},
                   {.name = "--quantize", .placeholder = "SCHEME",
-                   .help = "quantize on load with bitsandbytes: nf4, fp4 (4-bit) or int8 (LLM.int8);\n"
-                           "a folder saved by `accel quantize` (or transformers) is read as it is"},
+                   .help = std::string("quantize on load: ") + run_quantize_schemes +
+                           ";\na folder saved by `accel quantize` (or transformers) is read as it is"},
                   {.name = "--double-quant", .help = "with --quantize nf4 / fp4: quantize the absmax again"},
                   {.name = "--offload-folder", .placeholder = "DIR",
                    .help = "where disk weights go (a safetensors checkpoint's are read in place, and\n"
@@ -804,7 +826,8 @@ inline Command run_command() {
                            "for the default model's demo"},
                   {.name = "--json", .help = "one JSON object: model_dir, prompt_ids, generated_ids, text, load_s, ttft_s,\n"
                                              "tokens_per_s, peak_bytes; device_map, placed_bytes, reservations,\n"
-                                             "offload_gb_per_s when placed; check with --check"},
+                                             "offload_gb_per_s when placed; quantization (method, scheme, layers) when\n"
+                                             "quantized; check with --check"},
                   {.name = "--quiet", .help = "print the generated text alone (no prompt, figures or progress)"},
                   {.name = "--progress", .help = "progress bars on stderr even when it is not a terminal"}},
       .details = "Without MODEL_DIR: a LLaMA-architecture model of 155M parameters (310 MB in bfloat16) that\n"

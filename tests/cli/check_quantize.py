@@ -11,6 +11,10 @@ Usage: check_quantize.py ACCEL MODELS_DIR WORK_DIR
     model quantized on load);
   - `accel inspect OUT --json` lists every quantized weight with its scheme and logical shape, and
     `accel inspect OUT --dequantize W --out F` writes W in its logical shape, near the float weight;
+  `accel run --quantize` with the GGUF and TorchAO schemes: the 8-bit ones (q8_0, fp8) give the
+  float model's greedy tokens, the 4-bit ones (q4_0, int4-g128, int4-g32) quantize layers and
+  generate (their logit bounds are the library tests'), q4_k on a model without 256-wide rows says
+  it ran unquantized;
   then the usage and input errors, and a damaged quant state named with file and tensor.
 """
 import json
@@ -133,6 +137,31 @@ def main():
                                    "--json"), f"{tag}: run --quantize")
             check(saved.get("generated_ids") == onload.get("generated_ids") and saved.get("generated_ids"),
                   f"{tag}: saved {saved.get('generated_ids')} != on load {onload.get('generated_ids')}")
+
+    # GGUF blocks and TorchAO schemes on load. 8 tokens: fp8 leaves tiny_llama's greedy path at the 10th.
+    for name in ("tiny_llama", "tiny_gpt2"):
+        src = models / name
+        ids = "3,1,4,1,5"
+        base = as_json(accel(binary, "run", src, "--ids", ids, "--max-new-tokens", 8, "--json"), f"{name}: float run")
+        check("quantization" not in base, f"{name}: a float run has no quantization entry")
+        for scheme in ("q8_0", "fp8", "q4_0", "int4-g128", "int4-g32"):
+            tag = f"{name} --quantize {scheme}"
+            out = as_json(accel(binary, "run", src, "--ids", ids, "--max-new-tokens", 8, "--quantize", scheme, "--json"), tag)
+            q = out.get("quantization", {})
+            check(q.get("scheme") == scheme and q.get("method") == ("gguf" if scheme.startswith("q") else "torchao"),
+                  f"{tag}: quantization {q}")
+            check(q.get("layers", 0) >= 2, f"{tag}: layers quantized {q}")
+            got = out.get("generated_ids", [])
+            check(len(got) == 8 and all(0 <= i < 128 for i in got), f"{tag}: tokens {got}")
+            if scheme in ("q8_0", "fp8"):
+                check(got == base.get("generated_ids"), f"{tag}: {got} != float {base.get('generated_ids')}")
+    none = accel(binary, "run", models / "tiny_llama", "--ids", "3,1", "--max-new-tokens", 2, "--quantize", "q4_k", "--json")
+    check(none.returncode == 0 and "runs unquantized" in none.stderr and json.loads(none.stdout or "{}").get(
+        "quantization", {}).get("layers") == 0, f"q4_k without 256-wide rows: {none.returncode} {none.stderr.strip()}")
+    bad = accel(binary, "run", models / "tiny_llama", "--ids", "1", "--quantize", "q5_k")
+    check(bad.returncode == 2 and "q4_k" in bad.stderr and "int4-g128" in bad.stderr, f"unknown --quantize: {bad.stderr.strip()}")
+    bad = accel(binary, "run", models / "tiny_llama", "--ids", "1", "--quantize", "q8_0", "--double-quant")
+    check(bad.returncode == 2 and "double-quant" in bad.stderr, f"q8_0 --double-quant: {bad.stderr.strip()}")
 
     src = models / "tiny_llama"
     bad = accel(binary, "quantize", src, work / "x", "--scheme", "q2_k")

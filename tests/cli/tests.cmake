@@ -130,7 +130,8 @@ if(TARGET accel_cli)
                      ${CMAKE_CURRENT_BINARY_DIR}/cli_default_model_${group})
   endforeach()
   # accel quantize (bitsandbytes nf4 / fp4 / int8, transformers' layout) and accel run --quantize:
-  # the saved folder runs as the model quantized on load (check_quantize.py).
+  # the saved folder runs as the model quantized on load; GGUF and TorchAO schemes on load, the 8-bit
+  # ones with the float tokens (check_quantize.py).
   add_test(NAME cli_quantize
            COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_quantize.py $<TARGET_FILE:accel_cli>
                    ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_quantize)
