@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "../temp_dir.hpp"
-#include "random_llama.hpp"
+#include "quant_test_support.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -36,16 +36,9 @@ using namespace accel::quant;
 
 namespace {
 
-fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+using accel_test::model_dir;
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using accel_test::rel_err;
 
 Tensor random_matrix(std::int64_t rows, std::int64_t cols, unsigned seed, float scale = 1.0f) {
   std::mt19937 g(seed);

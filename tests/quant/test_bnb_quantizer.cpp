@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "../temp_dir.hpp"
+#include "quant_test_support.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -44,18 +45,11 @@ using namespace accel::quant;
 
 namespace {
 
-fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+using accel_test::model_dir;
 
 nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); }
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using accel_test::rel_err;
 
 Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{3, 1, 4, 1, 5, 9, 2, 6}, Shape{1, 8}); }
 

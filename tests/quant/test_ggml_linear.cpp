@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "../temp_dir.hpp"
-#include "random_llama.hpp"
+#include "quant_test_support.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -57,16 +57,8 @@ std::vector<float> activation_values(GgmlType t, const ActivationRow& a, std::si
   return v;
 }
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+using accel_test::rel_err;
+using accel_test::model_dir;
 
 /// The test model as a GGUF file whose 2-D block weights are `type` (Q8_0 or Q4_0, ggml's
 /// reference quantizers), and the same model with those weights dequantized, as F32.

@@ -29,7 +29,7 @@
 namespace accel::quant {
 
 /// A quantize-on-load backend over one AffineScheme (see the header comment).
-class AffineQuantizerBase : public dispatch::QuantizerDefaults {
+class AffineQuantizerBase : public CpuQuantizerDefaults {
  public:
   /// `skip`: the modules kept float; nullopt: get_keys_to_not_convert of the model (transformers'
   /// default for Quanto), an empty list: none.
@@ -47,19 +47,6 @@ class AffineQuantizerBase : public dispatch::QuantizerDefaults {
   /// Layers swapped by the last preprocess_model.
   std::size_t swapped() const noexcept { return layers_.size(); }
 
-  /// Everything on the CPU, where the kernels run, when no map is given.
-  std::optional<plan::DeviceMap> update_device_map(std::optional<plan::DeviceMap> device_map) {
-    if (device_map) return device_map;
-    plan::DeviceMap dm;
-    dm.set("", Placement::cpu());
-    return dm;
-  }
-  /// 90% of each budget: headroom for quantizing (Diffusers' factor for Quanto and TorchAO).
-  plan::MaxMemory adjust_max_memory(const plan::MaxMemory& max_memory) {
-    plan::MaxMemory out;
-    for (const auto& [k, v] : max_memory) out.add(k, ByteSize(static_cast<std::int64_t>(std::floor(v.bytes() * 0.9))));
-    return out;
-  }
 
   /// Swaps the float layers on the meta model (see the header comment).
   void preprocess_model(nn::Module& model, std::span<const std::string>) {

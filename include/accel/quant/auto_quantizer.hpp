@@ -15,6 +15,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/dispatch/quantizer.hpp"
+#include "accel/quant/config_json.hpp"
 #include "accel/quant/bnb_config.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"

@@ -38,16 +38,11 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/quant/bnb_4bit.hpp"
+#include "accel/quant/config_json.hpp"
 
 namespace accel::quant {
 
 namespace detail {
-
-inline std::string join_quoted(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "'" : ", '") + x + "'";
-  return s;
-}
 
 inline bool bool_field(const nlohmann::json& j, const char* key, bool fallback, const char* cls) {
   if (!j.contains(key) || j.at(key).is_null()) return fallback;
@@ -75,24 +70,6 @@ inline BnbQuantType quant_type_field(const nlohmann::json& j, const char* key, B
   const auto t = v.is_string() ? try_bnb_quant_type(v.get<std::string>()) : std::nullopt;
   if (!t) throw ValueError(std::string(cls) + ": " + key + " must be one of 'fp4', 'nf4', got " + v.dump());
   return *t;
-}
-
-inline std::optional<std::vector<std::string>> modules_field(const nlohmann::json& j, const char* key, const char* cls) {
-  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  const auto& v = j.at(key);
-  std::vector<std::string> out;
-  if (v.is_array()) {
-    for (const auto& e : v) {
-      if (!e.is_string()) break;
-      out.push_back(e.get<std::string>());
-    }
-    if (out.size() == v.size()) return out;
-  }
-  throw ValueError(std::string(cls) + ": " + key + " must be a list of module names or null, got " + v.dump());
-}
-
-inline nlohmann::json modules_json(const std::optional<std::vector<std::string>>& m) {
-  return m ? nlohmann::json(*m) : nlohmann::json(nullptr);
 }
 
 /// A float dtype among float32 / float16 / bfloat16, by torch name (and Accelerate's short names

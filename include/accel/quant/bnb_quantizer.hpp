@@ -118,7 +118,7 @@ inline std::optional<BnbStateName> bnb_state_name(std::string_view name) {
 }  // namespace detail
 
 /// The bitsandbytes backend of dispatch::Quantizer (see the header comment).
-class BnbQuantizer : public dispatch::QuantizerDefaults {
+class BnbQuantizer : public CpuQuantizerDefaults {
  public:
   /// `weight_dtype`: the dtype float weights are rounded to before quantizing; nullopt: the dtype
   /// each layer was built in (the model's dtype, what transformers quantizes).
@@ -161,19 +161,6 @@ class BnbQuantizer : public dispatch::QuantizerDefaults {
   }
   /// float16 when none is given, as transformers and Diffusers choose for bitsandbytes.
   std::optional<DType> update_torch_dtype(std::optional<DType> dtype) { return dtype ? dtype : DType::f16; }
-  /// Everything on the CPU, where the kernels run, when no map is given.
-  std::optional<plan::DeviceMap> update_device_map(std::optional<plan::DeviceMap> device_map) {
-    if (device_map) return device_map;
-    plan::DeviceMap dm;
-    dm.set("", Placement::cpu());
-    return dm;
-  }
-  /// 90% of each budget: headroom for the buffers quantizing needs (Diffusers' factor).
-  plan::MaxMemory adjust_max_memory(const plan::MaxMemory& max_memory) {
-    plan::MaxMemory out;
-    for (const auto& [k, v] : max_memory) out.add(k, ByteSize(static_cast<std::int64_t>(std::floor(v.bytes() * 0.9))));
-    return out;
-  }
   /// The parameters the skip list keeps float, sized in `dtype` by the planner.
   std::map<std::string, DType> get_special_dtypes_update(const nn::Module& model, DType dtype) {
     std::map<std::string, DType> out;

@@ -7,6 +7,7 @@
 //   replace_layer(model, path, layer)               puts `layer` in the place of the module at `path`
 //   restore_float_layer(model, path, w, b, conv1d)  a quantized layer back to a Linear / Conv1D
 //                                                   holding w ([out, in]) and b (dequantize())
+//   CpuQuantizerDefaults                            the hooks of a backend whose kernels run on the CPU
 //   SwappedLayers                                   the layers a quantizer swapped on load: which
 //                                                   checkpoint names are theirs, and a float weight
 //                                                   of one as float32 [out, in]
@@ -17,9 +18,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +31,7 @@
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/dispatch/load_checkpoint.hpp"
+#include "accel/dispatch/quantizer.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/nn/layers.hpp"
 #include "accel/nn/module.hpp"
@@ -116,6 +120,22 @@ inline void restore_float_layer(nn::Module& model, const std::string& path, cons
   if (b.defined()) f->parameter_cell("bias")->data = b;
   replace_layer(model, path, std::move(f));
 }
+
+/// QuantizerDefaults for a backend whose kernels run on the CPU: everything on the CPU when no map
+/// is given, and 90% of each budget (Diffusers' headroom for the buffers quantizing needs).
+struct CpuQuantizerDefaults : dispatch::QuantizerDefaults {
+  std::optional<plan::DeviceMap> update_device_map(std::optional<plan::DeviceMap> device_map) {
+    if (device_map) return device_map;
+    plan::DeviceMap dm;
+    dm.set("", Placement::cpu());
+    return dm;
+  }
+  plan::MaxMemory adjust_max_memory(const plan::MaxMemory& max_memory) {
+    plan::MaxMemory out;
+    for (const auto& [k, v] : max_memory) out.add(k, ByteSize(static_cast<std::int64_t>(std::floor(v.bytes() * 0.9))));
+    return out;
+  }
+};
 
 /// The layers a quantize-on-load backend swapped, by module path.
 class SwappedLayers {

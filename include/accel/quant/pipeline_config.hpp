@@ -28,6 +28,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/quant/auto_quantizer.hpp"
+#include "accel/quant/config_json.hpp"
 
 namespace accel::quant {
 

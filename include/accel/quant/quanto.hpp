@@ -20,6 +20,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/quant/affine_quantizer.hpp"
+#include "accel/quant/config_json.hpp"
 
 namespace accel::quant {
 
@@ -42,9 +43,9 @@ struct QuantoConfig {
 
   /// {"quant_method": "quanto", "weights_dtype": "int8", "modules_to_not_convert": null}
   nlohmann::json to_json() const {
-    nlohmann::json j = {{"quant_method", "quanto"}, {"weights_dtype", weights_dtype}, {"modules_to_not_convert", nullptr}};
-    if (modules_to_not_convert) j["modules_to_not_convert"] = *modules_to_not_convert;
-    return j;
+    return {{"quant_method", "quanto"},
+            {"weights_dtype", weights_dtype},
+            {"modules_to_not_convert", detail::modules_json(modules_to_not_convert)}};
   }
   /// Reads to_json's form (and transformers' "weights"); ValueError naming what is wrong.
   static QuantoConfig from_json(const nlohmann::json& j) {
@@ -62,16 +63,7 @@ struct QuantoConfig {
       throw ValueError("QuantoConfig: activations " + j.at("activations").dump() +
                        " are not supported (weights only: activations must be null)");
     }
-    if (j.contains("modules_to_not_convert") && !j.at("modules_to_not_convert").is_null()) {
-      const auto& m = j.at("modules_to_not_convert");
-      if (!m.is_array()) throw ValueError("QuantoConfig: modules_to_not_convert must be a list of names, got " + m.dump());
-      std::vector<std::string> names;
-      for (const auto& x : m) {
-        if (!x.is_string()) throw ValueError("QuantoConfig: modules_to_not_convert must be a list of names, got " + m.dump());
-        names.push_back(x.get<std::string>());
-      }
-      c.modules_to_not_convert = std::move(names);
-    }
+    c.modules_to_not_convert = detail::modules_field(j, "modules_to_not_convert", "QuantoConfig");
     c.validate();
     return c;
   }

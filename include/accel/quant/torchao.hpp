@@ -23,6 +23,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/quant/affine_quantizer.hpp"
+#include "accel/quant/config_json.hpp"
 
 namespace accel::quant {
 
@@ -71,12 +72,10 @@ struct TorchAoConfig {
 
   /// {"quant_method": "torchao", "quant_type": ..., "quant_type_kwargs": {...}, "modules_to_not_convert": ...}
   nlohmann::json to_json() const {
-    nlohmann::json j = {{"quant_method", "torchao"},
-                        {"quant_type", quant_type},
-                        {"quant_type_kwargs", quant_type_kwargs},
-                        {"modules_to_not_convert", nullptr}};
-    if (modules_to_not_convert) j["modules_to_not_convert"] = *modules_to_not_convert;
-    return j;
+    return {{"quant_method", "torchao"},
+            {"quant_type", quant_type},
+            {"quant_type_kwargs", quant_type_kwargs},
+            {"modules_to_not_convert", detail::modules_json(modules_to_not_convert)}};
   }
   /// Reads to_json's form; ValueError naming what is wrong.
   static TorchAoConfig from_json(const nlohmann::json& j) {
@@ -89,15 +88,7 @@ struct TorchAoConfig {
     }
     c.quant_type = j.at("quant_type").get<std::string>();
     if (j.contains("quant_type_kwargs") && !j.at("quant_type_kwargs").is_null()) c.quant_type_kwargs = j.at("quant_type_kwargs");
-    if (j.contains("modules_to_not_convert") && !j.at("modules_to_not_convert").is_null()) {
-      const auto& m = j.at("modules_to_not_convert");
-      std::vector<std::string> names;
-      for (const auto& x : m.is_array() ? m : nlohmann::json::array({nullptr})) {
-        if (!x.is_string()) throw ValueError("TorchAoConfig: modules_to_not_convert must be a list of names, got " + m.dump());
-        names.push_back(x.get<std::string>());
-      }
-      c.modules_to_not_convert = std::move(names);
-    }
+    c.modules_to_not_convert = detail::modules_field(j, "modules_to_not_convert", "TorchAoConfig");
     c.validate();
     return c;
   }

@@ -1,10 +1,14 @@
-// A one-block LLaMA checkpoint with random weights whose rows are whole Q4_K super-blocks (256),
-// for the quantizers' tests (the reference models' rows are 32 to 128 wide).
+// What the quantizers' tests share: the reference model folders, the RMS relative error they bound
+// logits with, and a one-block LLaMA checkpoint with random weights whose rows are whole Q4_K
+// super-blocks (256; the reference models' rows are 32 to 128 wide).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +20,21 @@
 #include "accel/utils/random.hpp"
 
 namespace accel_test {
+
+/// tests/data/models/<name>.
+inline std::filesystem::path model_dir(const std::string& name) {
+  return std::filesystem::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name;
+}
+
+/// RMS of got - want relative to the RMS of want.
+inline double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
 
 /// Writes config.json and model.safetensors (float32, weights at 0.05 * N(0, 1), seed 0) into
 /// dir/name and returns that folder.
