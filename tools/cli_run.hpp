@@ -236,9 +236,11 @@ inline double peak_rss_bytes() {
 }
 
 /// What generation needs beside the weights, on the device that computes (the first GPU with a
-/// budget, else the CPU): the KV cache, one block's activations, the offload ring.
+/// budget, else the CPU): the KV cache, one block's activations, the offload ring. Blocks are
+/// sized as `quantizer` (a fresh one: it swaps the layers of a scratch meta model) will load them.
 inline std::vector<Reservation> runtime_reservations(const nlohmann::json& config, DType dtype, const plan::MaxMemory& budgets,
-                                                     std::int64_t tokens, std::size_t& prefetch, std::string& note) {
+                                                     std::int64_t tokens, std::size_t& prefetch, std::string& note,
+                                                     const AnyQuantizer* quantizer = nullptr) {
   Placement where = Placement::cpu();
   for (const auto& [k, v] : budgets) {
     if (k.is_gpu()) {
@@ -251,6 +253,7 @@ inline std::vector<Reservation> runtime_reservations(const nlohmann::json& confi
     auto guard = nn::init_empty_weights(false);
     meta = models::causal_lm_from_hf_config(config, dtype);
   }
+  if (quantizer) quantizer->preprocess_model(meta->module(), {});
   std::vector<Reservation> out;
   const ByteSize kv = plan::estimate_kv_cache_bytes(plan::kv_cache_shape_from_hf_config(config, tokens, 1, dtype));
   out.push_back({"KV cache for " + std::to_string(tokens) + " tokens", where, kv.bytes()});
@@ -403,7 +406,11 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
                                 req.generation.max_new_tokens;
     const plan::MaxMemory budgets = req.max_memory ? *req.max_memory : plan::get_max_memory();
-    out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note);
+    // Blocks sized quantized, by a quantizer of their own (the loader's keeps its swapped layers).
+    std::optional<AnyQuantizer> sizing;
+    if (req.quantize) sizing = run_quantizer("--quantize", *req.quantize, req.double_quant, dtype);
+    out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note,
+                                                    sizing ? &*sizing : nullptr);
     out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
     if (!keep_read_ahead) {
       std::erase_if(out.reservations, [](const Reservation& x) { return x.what.starts_with("read-ahead"); });
@@ -723,8 +730,8 @@ inline int run_run(const ParsedArgs& args) {
       bar.finish();
     });
     req.model_dir = model->dir;
-    // Quantized layers are not offloaded to disk (quant/bnb_quantizer.hpp): quantized, the demo
-    // runs in memory.
+    // The demo's budgets are shares of the float weights, which a quantized model is a fraction of:
+    // quantized, it runs in memory (--max-memory places it across CPU and disk).
     if (req.demo && req.quantize) req.demo = false;
     if (req.demo) {
       // The demo's CPU share of the weights, spread over the processes when there are several;

@@ -13,8 +13,9 @@ Usage: check_quantize.py ACCEL MODELS_DIR WORK_DIR
     `accel inspect OUT --dequantize W --out F` writes W in its logical shape, near the float weight;
   `accel run --quantize` with the GGUF and TorchAO schemes: the 8-bit ones (q8_0, fp8) give the
   float model's greedy tokens, the 4-bit ones (q4_0, int4-g128, int4-g32) quantize layers and
-  generate (their logit bounds are the library tests'), q4_k on a model without 256-wide rows says
-  it ran unquantized;
+  generate (their logit bounds are the library tests'), placed across CPU and disk they give the
+  in-memory tokens with the CPU within its budget, q4_k on a model without 256-wide rows says it
+  ran unquantized;
   then the usage and input errors, and a damaged quant state named with file and tensor.
 """
 import json
@@ -155,6 +156,19 @@ def main():
             check(len(got) == 8 and all(0 <= i < 128 for i in got), f"{tag}: tokens {got}")
             if scheme in ("q8_0", "fp8"):
                 check(got == base.get("generated_ids"), f"{tag}: {got} != float {base.get('generated_ids')}")
+    # Quantized on load across CPU and disk: the in-memory tokens, the CPU within its budget.
+    src = models / "tiny_llama"
+    # Q4_0 quantizes only down_proj here (48 inputs are not whole blocks of 32): larger blocks.
+    for scheme, kib in (("int4-g32", 100), ("q4_0", 120), ("fp8", 100)):
+        tag = f"tiny_llama --quantize {scheme} --max-memory cpu={kib}KB"
+        mem = as_json(accel(binary, "run", src, "--ids", "3,1,4,1,5", "--max-new-tokens", 8, "--quantize", scheme, "--json"),
+                      f"{tag}: in memory")
+        out = as_json(accel(binary, "run", src, "--ids", "3,1,4,1,5", "--max-new-tokens", 8, "--quantize", scheme,
+                            "--max-memory", f"cpu={kib}KB", "--json"), tag)
+        check(out.get("placed_bytes", {}).get("disk", 0) > 0, f"{tag}: placed {out.get('placed_bytes')}")
+        check(out.get("generated_ids") == mem.get("generated_ids"),
+              f"{tag}: {out.get('generated_ids')} != in memory {mem.get('generated_ids')}")
+        check(0 < out.get("peak_bytes", {}).get("cpu", 1e30) <= kib * 1024, f"{tag}: peak {out.get('peak_bytes')}")
     none = accel(binary, "run", models / "tiny_llama", "--ids", "3,1", "--max-new-tokens", 2, "--quantize", "q4_k", "--json")
     check(none.returncode == 0 and "runs unquantized" in none.stderr and json.loads(none.stdout or "{}").get(
         "quantization", {}).get("layers") == 0, f"q4_k without 256-wide rows: {none.returncode} {none.stderr.strip()}")

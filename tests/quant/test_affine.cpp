@@ -23,6 +23,8 @@
 #include "accel/models/generate.hpp"
 #include "accel/quant/affine.hpp"
 #include "accel/quant/auto_quantizer.hpp"
+#include "accel/quant/bnb_quantizer.hpp"
+#include "accel/quant/gguf_quantizer.hpp"
 #include "accel/quant/pipeline_config.hpp"
 #include "accel/quant/quanto.hpp"
 #include "accel/quant/torchao.hpp"
@@ -299,6 +301,42 @@ TEST_CASE("Quanto and TorchAO quantize on load: swapped layers, the quantized pe
   QuantoQuantizer q;
   CHECK(q.update_torch_dtype(std::nullopt) == DType::f32);
   CHECK(TorchAoQuantizer().update_torch_dtype(std::nullopt) == DType::bf16);
+}
+
+TEST_CASE("weights quantized on load and placed on disk compute what they compute in memory", "[quant][affine]") {
+  // Half the quantized bytes as the CPU budget: the rest of the layers go to the offload folder as
+  // their codes and scales, and the prefetching hooks bring them back per call.
+  accel_test::TempDir dir;
+  const fs::path model = accel_test::write_random_llama(dir, "llama256");
+  std::vector<AnyQuantizer> qs = {TorchAoQuantizer({.quant_type = "int4wo"}), QuantoQuantizer({.weights_dtype = "float8"}),
+                                  TorchAoQuantizer({.quant_type = "int8dq"}),
+                                  GgufQuantizer({.compute_dtype = DType::f32, .quant_type = GgmlType::q4_k}),
+                                  BnbQuantizer(BitsAndBytesConfig{.load_in_4bit = true}, DType::f32)};
+  for (auto& q : qs) {
+    INFO(q.name());
+    auto in_memory = dispatch::load_pretrained_causal_lm(model.string(), {.dtype = DType::f32, .show_progress = false, .quantizer = q});
+    const auto want = in_memory.model->logits(prompt()).to_vector<float>();
+    std::size_t quantized = 0;
+    for (const auto& [n, m] : in_memory.model->module().named_modules()) {
+      if (m->class_name() == "Linear" || n.empty()) continue;
+      if (m->class_name() != "LlamaRMSNorm" && m->class_name() != "Embedding") {
+        for (const auto& [pn, t] : m->named_parameters("", false)) quantized += t.nbytes();
+      }
+    }
+    REQUIRE(quantized > 0);
+    MaxMemory half;
+    half.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(quantized / 2)));
+    auto placed = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+        model.string(), {.dtype = DType::f32, .show_progress = false, .device_map = std::string("auto"), .max_memory = half,
+                         .quantizer = q});
+    bool disk = false;
+    for (const auto& [k, where] : *placed.device_map) disk |= where.is_disk();
+    CHECK(disk);
+    CHECK(placed.load.missing_keys.empty());
+    CHECK(placed.model->logits(prompt()).to_vector<float>() == want);
+  }
+  // A checkpoint stored quantized (a GGUF file's blocks are read as they are) is not quantized on
+  // load; its blocks go to disk as bytes (test_ggml_linear.cpp).
 }
 
 }  // namespace quant_affine_test

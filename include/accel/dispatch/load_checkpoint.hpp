@@ -104,8 +104,10 @@ struct LoadCheckpointOptions {
   std::ostream* warnings = nullptr;
   /// Consulted for every checkpoint tensor (dispatch/quantizer.hpp): a tensor it claims is stored by
   /// its create_quantized_param on the tensor's device instead of being set as is. The model must
-  /// already be its preprocess_model's output. Not in Accelerate's signature (transformers and
-  /// Diffusers thread it through their own loading loop).
+  /// already be its preprocess_model's output. A weight quantized on load and placed on "disk" is
+  /// quantized on the CPU and the tensors it fills in its layer go to offload_folder (a checkpoint
+  /// stored quantized cannot be placed on disk that way: a ValueError). Not in Accelerate's signature
+  /// (transformers and Diffusers thread it through their own loading loop).
   std::optional<AnyQuantizer> quantizer{};
 };
 
@@ -219,14 +221,33 @@ class CheckpointLoader {
                        ", which " + o_.quantizer->name() + " cannot store in the model's " + old.shape().str());
     }
     const Placement where = placement_of(name, old, file);
-    if (where.is_disk()) {
-      throw ValueError("loading '" + file + "': tensor '" + name + "' is quantized by " + o_.quantizer->name() +
-                       " and placed on disk; quantized weights are placed on a GPU or the CPU");
+    if (where.is_disk() && o_.quantizer->pre_quantized()) {
+      throw ValueError("loading '" + file + "': tensor '" + name + "' is stored quantized for " + o_.quantizer->name() +
+                       " and placed on disk; such weights are placed on a GPU or the CPU");
     }
     loaded_.insert(cell);
     if (materialised_.count(cell)) return;
+    if (where.is_disk()) {
+      quantize_to_disk(name, value);
+      return;
+    }
     o_.quantizer->create_quantized_param(model_, value, name, where.device());
     if (!where.device().is_meta()) materialised_.insert(cell);
+  }
+
+  /// A weight quantized on load and placed on disk: quantized on the CPU, then every parameter the
+  /// quantizer filled in its layer (the codes and their scales) is written to the offload folder and
+  /// parked on meta, as a float disk weight would be; the layer's hooks read them back per call.
+  void quantize_to_disk(const std::string& name, const Tensor& value) {
+    o_.quantizer->create_quantized_param(model_, value, name, Device::cpu());
+    const auto dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+    for (auto& [leaf, p] : model_.get_submodule(owner).named_parameter_cells("", /*recurse=*/false)) {
+      if (!p->data.defined() || p->data.is_meta()) continue;
+      const std::string full = owner.empty() ? leaf : owner + "." + leaf;
+      io::offload_weight(p->data, full, *o_.offload_folder, offload_index_);
+      p->data = Tensor::empty(p->data.shape(), p->data.dtype(), Device::meta());
+    }
   }
 
   /// Saves the offload index, loads back the parked CPU weights and lists the missing keys.

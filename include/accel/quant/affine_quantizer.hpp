@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -74,17 +75,17 @@ class AffineQuantizerBase : public CpuQuantizerDefaults {
     layer.set_quantized_weight(quantize_affine(scheme_, SwappedLayers::out_in_f32(name, value, *f), layer.group_size()),
                                device);
   }
-  /// The scales (and mins) are filled with the weight: not missing once it is.
-  std::vector<std::string> update_missing_keys(const nn::Module& model, std::vector<std::string> missing,
+  /// The scales (and mins) are filled with the weight: not missing when it was loaded (to a device
+  /// or to disk).
+  std::vector<std::string> update_missing_keys(const nn::Module&, std::vector<std::string> missing,
                                                const std::string& prefix) {
+    const std::set<std::string> absent(missing.begin(), missing.end());
     std::erase_if(missing, [&](const std::string& full) {
       const std::string n = full.starts_with(prefix) ? full.substr(prefix.size()) : full;
       for (const char* side : {".weight_scale", ".weight_min"}) {
         if (!n.ends_with(side)) continue;
         const std::string layer = n.substr(0, n.size() - std::string_view(side).size());
-        if (!layers_.layers().count(layer)) return false;
-        const Tensor* w = model.find_parameter(layer + ".weight");
-        return w && !w->is_meta();
+        return layers_.layers().count(layer) && !absent.count(prefix + layer + ".weight");
       }
       return false;
     });
