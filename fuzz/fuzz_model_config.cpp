@@ -1,11 +1,13 @@
 // Fuzz target: the JSON files that describe a model rather than hold its weights: a model spec
-// (nn::module_from_spec) and a transformers config.json (LLaMA family, GPT-2, with rope scaling).
+// (nn::module_from_spec), a transformers config.json (LLaMA family, GPT-2, with rope scaling) and
+// the quantization_config objects of bitsandbytes, Quanto and TorchAO.
 //
 // The first byte picks the reader, the rest is the JSON text. Accepted input must obey what the
 // readers promise: a spec builds a meta tree no deeper than limits::max_module_depth whose
 // parameter names are unique; a config's counts lie in [1, limit] and its rotary frequencies are
 // finite for the head dim it implies. Rejected input must be an accel::Error, never a crash, a
-// stack overflow from nesting, or unbounded memory from a count.
+// stack overflow from nesting, or unbounded memory from a count. An accepted quantization config
+// passes its own validate() and reads back from its to_json() as the same JSON.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +24,9 @@
 #include "accel/models/hf_config.hpp"
 #include "accel/models/rope.hpp"
 #include "accel/nn/spec.hpp"
+#include "accel/quant/bnb_config.hpp"
+#include "accel/quant/quanto_config.hpp"
+#include "accel/quant/torchao_config.hpp"
 
 namespace {
 
@@ -66,6 +71,14 @@ void check_gpt2(const nlohmann::json& j) {
   check_counts(c.n_layer, c.n_head, c.n_embd);
 }
 
+template <class Config>
+void check_quant_config(const nlohmann::json& j) {
+  const Config c = Config::from_json(j);
+  c.validate();
+  const nlohmann::json once = c.to_json();
+  check(Config::from_json(once).to_json() == once);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -80,10 +93,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   try {
-    switch (data[0] % 3) {
+    switch (data[0] % 6) {
       case 0: check_spec(j); break;
       case 1: check_llama(j); break;
-      default: check_gpt2(j); break;
+      case 2: check_gpt2(j); break;
+      case 3: check_quant_config<accel::quant::BitsAndBytesConfig>(j); break;
+      case 4: check_quant_config<accel::quant::QuantoConfig>(j); break;
+      default: check_quant_config<accel::quant::TorchAoConfig>(j); break;
     }
   } catch (const accel::Error&) {
   }

@@ -1,8 +1,7 @@
 // Weight-only affine quantization: the schemes of Quanto and TorchAO as one trait table, and the
 // linear layer that computes on their codes.
 //
-//   AffineScheme                                   the schemes (rows of the table below)
-//   affine_scheme_info(s)                          its row
+//   AffineScheme, affine_scheme_info(s)            the schemes (quant/affine_scheme.hpp)
 //   AffineWeight quantize_affine(s, w, group)      codes, scale (and min) of a float32 [out, in] weight
 //   dequantize_affine(s, aw)                       the float32 [out, in] the codes stand for
 //   affine_linear(x, s, aw, bias)                  y = x W^T + b
@@ -10,16 +9,7 @@
 //                                                  the layer: "weight" (codes), "weight_scale" and, for
 //                                                  the zero-point schemes, "weight_min"
 //
-// | scheme                          | codes                 | one scale per         | value                  |
-// |---------------------------------|-----------------------|-----------------------|------------------------|
-// | quanto int8                     | int8                  | output channel        | q s, s = amax / 127    |
-// | quanto int4 / int2              | 4 / 2 bits, packed    | group (default 128)   | q s + min, s = (max - min) / (2^b - 1) |
-// | quanto float8                   | float8_e4m3fn         | output channel        | q s, s = amax / 448    |
-// | torchao int8_weight_only        | int8                  | output channel        | q s, s = amax / 127.5  |
-// | torchao int4_weight_only        | 4 bits, packed        | group (32..256, 128)  | (q - 8) s + zero = q s + min |
-// | torchao int8_dynamic_activation_int8_weight | int8      | output channel        | as int8_weight_only; x as int8 per row, s = amax / 127 |
-// | torchao float8_weight_only      | float8_e4m3fn         | output channel        | q s, s = amax / 448    |
-//
+// The schemes are the rows of quant/affine_scheme.hpp's table.
 // Codes round half to even (torch.round); packed codes sit low bits first (column 2i in the low
 // nibble of byte i). Scales and mins are float32, [out, groups]; a last group shorter than the
 // group size covers the rest of the row. A group whose values are all equal gets scale 0.
@@ -49,61 +39,10 @@
 #include "accel/nn/basic_module.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/ops/matmul.hpp"
+#include "accel/quant/affine_scheme.hpp"
 #include "accel/quant/bnb_int8.hpp"
 
 namespace accel::quant {
-
-enum class AffineScheme {
-  quanto_int8,
-  quanto_int4,
-  quanto_int2,
-  quanto_float8,
-  torchao_int8_weight_only,
-  torchao_int4_weight_only,
-  torchao_int8_dynamic_activation_int8_weight,
-  torchao_float8_weight_only,
-};
-
-/// How codes map to values.
-enum class AffineKind {
-  symmetric,  ///< q s, q signed
-  zero_point, ///< q s + min, q unsigned
-  float8,     ///< float8_e4m3fn(w / s) s
-};
-
-/// A row of the scheme table (see the header comment).
-struct AffineSchemeInfo {
-  AffineScheme scheme;
-  std::string_view name;     ///< "quanto int4"
-  AffineKind kind;
-  int bits;                  ///< bits per code
-  float divisor;             ///< symmetric / float8: s = amax / divisor
-  int qmin, qmax;            ///< the code range
-  std::int64_t group;        ///< default group size; 0: one scale per output channel
-  bool dynamic_activation;   ///< x quantized to int8 per row at every call
-};
-
-inline constexpr AffineSchemeInfo affine_scheme_table[] = {
-    {AffineScheme::quanto_int8, "quanto int8", AffineKind::symmetric, 8, 127.0f, -128, 127, 0, false},
-    {AffineScheme::quanto_int4, "quanto int4", AffineKind::zero_point, 4, 0.0f, 0, 15, 128, false},
-    {AffineScheme::quanto_int2, "quanto int2", AffineKind::zero_point, 2, 0.0f, 0, 3, 128, false},
-    {AffineScheme::quanto_float8, "quanto float8", AffineKind::float8, 8, 448.0f, 0, 0, 0, false},
-    {AffineScheme::torchao_int8_weight_only, "torchao int8_weight_only", AffineKind::symmetric, 8, 127.5f, -128, 127, 0,
-     false},
-    {AffineScheme::torchao_int4_weight_only, "torchao int4_weight_only", AffineKind::zero_point, 4, 0.0f, 0, 15, 128,
-     false},
-    {AffineScheme::torchao_int8_dynamic_activation_int8_weight, "torchao int8_dynamic_activation_int8_weight",
-     AffineKind::symmetric, 8, 127.5f, -128, 127, 0, true},
-    {AffineScheme::torchao_float8_weight_only, "torchao float8_weight_only", AffineKind::float8, 8, 448.0f, 0, 0, 0,
-     false},
-};
-
-constexpr const AffineSchemeInfo& affine_scheme_info(AffineScheme s) {
-  for (const auto& row : affine_scheme_table) {
-    if (row.scheme == s) return row;
-  }
-  return affine_scheme_table[0];  // unreachable: every enumerator has a row
-}
 
 /// The dtype and shape of the codes of an `out` x `in` weight.
 inline DType affine_code_dtype(AffineScheme s) {

@@ -7,6 +7,7 @@
 
 #include "accel/quant/affine.hpp"
 #include "accel/quant/affine_quantizer.hpp"
+#include "accel/quant/affine_scheme.hpp"
 #include "accel/quant/auto_quantizer.hpp"
 #include "accel/quant/bnb_4bit.hpp"
 #include "accel/quant/bnb_checkpoint.hpp"
@@ -22,4 +23,6 @@
 #include "accel/quant/layer_swap.hpp"
 #include "accel/quant/pipeline_config.hpp"
 #include "accel/quant/quanto.hpp"
+#include "accel/quant/quanto_config.hpp"
 #include "accel/quant/torchao.hpp"
+#include "accel/quant/torchao_config.hpp"
