@@ -96,7 +96,7 @@ inline std::size_t count_quantized_layers(const nn::Module& model) {
 /// True when `config` (a config.json object) says its checkpoint was saved quantized by bitsandbytes.
 inline bool is_bnb_quantized(const nlohmann::json& config) {
   const auto it = config.find("quantization_config");
-  return it != config.end() && it->is_object() && it->value("quant_method", std::string()) == "bitsandbytes";
+  return it != config.end() && quant::detail::has_quant_method(*it, "bitsandbytes");
 }
 
 /// What `accel quantize` was asked.

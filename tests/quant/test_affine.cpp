@@ -190,6 +190,12 @@ TEST_CASE("QuantoConfig and TorchAoConfig read and write Diffusers' JSON and ref
                     Catch::Contains("32, 64, 128 or 256"));
   CHECK_THROWS_AS((TorchAoConfig{.quant_type = "int8wo", .quant_type_kwargs = {{"group_size", 64}}}.validate()), ValueError);
   CHECK_THROWS_AS(TorchAoConfig::from_json({{"quant_method", "torchao"}}), ValueError);
+  // A quant_method that is not a string is a ValueError, not a JSON type error (found by fuzzing).
+  const nlohmann::json odd = {{"quant_method", {{"group_size", 64}}}};
+  CHECK_THROWS_AS(TorchAoConfig::from_json(odd), ValueError);
+  CHECK_THROWS_AS(QuantoConfig::from_json(odd), ValueError);
+  CHECK_THROWS_AS(GGUFQuantizationConfig::from_json(odd), ValueError);
+  CHECK_THROWS_AS(BitsAndBytesConfig::from_json(odd), ValueError);
 
   // One function for every quant_method.
   CHECK(quantizer_from_config(qc.to_json()).name() == "quanto");

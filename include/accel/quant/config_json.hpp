@@ -4,10 +4,12 @@
 //   detail::join_quoted(names)                  'a', 'b', 'c' (for messages listing what is allowed)
 //   detail::modules_field(j, key, cls)          a list of module names, or nullopt for null / absent
 //   detail::modules_json(names)                 its JSON (null for nullopt)
+//   detail::has_quant_method(j, name)           j is an object whose "quant_method" is the string name
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +40,14 @@ inline std::optional<std::vector<std::string>> modules_field(const nlohmann::jso
 
 inline nlohmann::json modules_json(const std::optional<std::vector<std::string>>& m) {
   return m ? nlohmann::json(*m) : nlohmann::json(nullptr);
+}
+
+/// Whether `j` is an object whose "quant_method" is the string `name` (any other value, a number or
+/// an object, is a no, never a JSON type error).
+inline bool has_quant_method(const nlohmann::json& j, std::string_view name) {
+  if (!j.is_object()) return false;
+  const auto it = j.find("quant_method");
+  return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == name;
 }
 
 }  // namespace accel::quant::detail

@@ -34,6 +34,7 @@
 #include "accel/io/gguf_model.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/nn/layers.hpp"
+#include "accel/quant/config_json.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
 #include "accel/quant/layer_swap.hpp"
@@ -62,7 +63,7 @@ struct GGUFQuantizationConfig {
   }
   /// Reads to_json's form; ValueError naming what is wrong.
   static GGUFQuantizationConfig from_json(const nlohmann::json& j) {
-    if (!j.is_object() || j.value("quant_method", std::string()) != "gguf") {
+    if (!detail::has_quant_method(j, "gguf")) {
       throw ValueError("GGUFQuantizationConfig: expected {\"quant_method\": \"gguf\", ...}, got " + j.dump());
     }
     GGUFQuantizationConfig c;

@@ -39,7 +39,7 @@ struct QuantoConfig {
   }
   /// Reads to_json's form (and transformers' "weights"); ValueError naming what is wrong.
   static QuantoConfig from_json(const nlohmann::json& j) {
-    if (!j.is_object() || j.value("quant_method", std::string()) != "quanto") {
+    if (!detail::has_quant_method(j, "quanto")) {
       throw ValueError("QuantoConfig: expected {\"quant_method\": \"quanto\", ...}, got " + j.dump());
     }
     QuantoConfig c;

@@ -66,7 +66,7 @@ struct TorchAoConfig {
   }
   /// Reads to_json's form; ValueError naming what is wrong.
   static TorchAoConfig from_json(const nlohmann::json& j) {
-    if (!j.is_object() || j.value("quant_method", std::string()) != "torchao") {
+    if (!detail::has_quant_method(j, "torchao")) {
       throw ValueError("TorchAoConfig: expected {\"quant_method\": \"torchao\", ...}, got " + j.dump());
     }
     TorchAoConfig c;
