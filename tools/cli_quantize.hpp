@@ -60,7 +60,7 @@ inline quant::BitsAndBytesConfig bnb_scheme_config(const std::string& option, co
 
 /// The --quantize schemes of `accel run`, and their backends.
 inline constexpr const char* run_quantize_schemes =
-    "nf4, fp4, int8 (bitsandbytes), q8_0, q4_0, q4_k (GGUF blocks), int4-g128 (or -g32, -g64, -g256: TorchAO\n"
+    "nf4, fp4, int8 (bitsandbytes), q8_0, q4_0, q4_k (GGUF blocks), int4-g128 (or -g32, -g64, -g256: TorchAO "
     "int4 weight-only groups) or fp8 (TorchAO float8 weight-only)";
 
 /// The quantizer of an `accel run --quantize` scheme (see run_quantize_schemes), computing in

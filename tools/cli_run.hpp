@@ -818,8 +818,10 @@ inline Command run_command() {
                            "default: each GPU's free memory and the CPU memory available now",
                    .repeatable = true},
                   {.name = "--quantize", .placeholder = "SCHEME",
-                   .help = std::string("quantize on load: ") + run_quantize_schemes +
-                           ";\na folder saved by `accel quantize` (or transformers) is read as it is"},
+                   .help = "quantize on load: nf4, fp4, int8 (bitsandbytes), q8_0, q4_0, q4_k (GGUF\n"
+                           "blocks), int4-g128 (or -g32, -g64, -g256: TorchAO int4 weight-only groups)\n"
+                           "or fp8 (TorchAO float8 weight-only); a folder saved by `accel quantize`\n"
+                           "(or transformers) is read as it is"},
                   {.name = "--double-quant", .help = "with --quantize nf4 / fp4: quantize the absmax again"},
                   {.name = "--offload-folder", .placeholder = "DIR",
                    .help = "where disk weights go (a safetensors checkpoint's are read in place, and\n"
