@@ -177,6 +177,34 @@ TEST_CASE("the reference quantizers follow ggml's definitions", "[quant][ggml]")
   CHECK(b8.qs[5] == -127);
 }
 
+TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size", "[quant][ggml]") {
+  const std::size_t n = 512;
+  std::vector<ActivationRow> acts(7);
+  std::vector<const ActivationRow*> xs;
+  for (std::size_t t = 0; t < acts.size(); ++t) xs.push_back(&acts[t]);
+  const auto w = random_floats(n, 11, 1.0f);
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+    INFO(io::ggml_type_name(type));
+    std::vector<std::byte> packed(io::ggml_row_nbytes(type, n));
+    if (can_quantize_to(type)) {
+      quantize_rows(type, w.data(), packed.data(), n);
+    } else {
+      for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::byte>((i * 37 + 11) & 0x3F);
+    }
+    for (std::size_t t = 0; t < acts.size(); ++t) {
+      const auto x = random_floats(n, 20 + static_cast<unsigned>(t), 3.0f);
+      quantize_activation(type, x.data(), n, acts[t]);
+    }
+    simd::dispatch<quant_ladder>([&](auto arch) {
+      for (std::size_t count = 1; count <= acts.size(); ++count) {
+        std::vector<float> got(count);
+        vec_dot_rows(arch, type, n, packed.data(), xs.data(), count, got.data());
+        for (std::size_t t = 0; t < count; ++t) CHECK(got[t] == vec_dot(arch, type, n, packed.data(), acts[t]));
+      }
+    });
+  }
+}
+
 TEST_CASE("the reference quantizers give llama-quantize's bytes", "[quant][ggml]") {
   const auto dir = std::filesystem::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "ggml_quantize";
   const auto input = io::GgufFile::open((dir / "input_f32.gguf").string());

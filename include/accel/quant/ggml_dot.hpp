@@ -5,6 +5,7 @@
 //   ActivationRow                           a quantized row and the per-block sums of its ints
 //   has_quantized_dot(t)                    Q8_0, Q4_0, Q4_K, Q6_K have integer kernels
 //   vec_dot(arch, t, n, w_row, x)           one weight row (n elements) times one activation row
+//   vec_dot_rows(arch, t, n, w_row, xs, k, out)  one weight row times k activation rows
 //
 // Kernels are overloads on the simd tags (core/simd_arch.hpp): portable C++ for every CPU, and
 // AVX-512 VNNI (VPDPBUSD: unsigned x signed bytes into int32) where the CPU has it. Integer sums
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "accel/core/errors.hpp"
@@ -289,6 +291,43 @@ ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_
   return acc;
 }
 
+namespace detail {
+
+/// Up to four activation rows against one weight row, its blocks decoded once for all of them (a
+/// small batch then costs one decode per block instead of one per row). Each row's float
+/// accumulation is dot_q8_0's / dot_q4_0's, in the same order: the results are theirs bit for bit.
+template <int R, bool Q4>
+ACCEL_TARGET_AVX512_VNNI inline void dot_q8_q4_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                    float* out) noexcept {
+  __m256 acc[R];
+  float correction[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), correction[r] = 0;
+  constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const std::byte* p = w + b * block;
+    std::uint16_t d;
+    std::memcpy(&d, p, 2);
+    const float dw = _cvtsh_ss(d);
+    __m256i q;
+    if constexpr (Q4) {
+      q = nibbles(reinterpret_cast<const std::uint8_t*>(p + 2));
+    } else {
+      q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    }
+    const __m256i uq = Q4 ? q : _mm256_sign_epi8(q, q);
+    for (int r = 0; r < R; ++r) {
+      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r]->q8_0[b].qs));
+      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uq, Q4 ? qx : _mm256_sign_epi8(qx, q));
+      const float scale = dw * x[r]->q8_0_scales[b];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc[r]);
+      if constexpr (Q4) correction[r] += scale * static_cast<float>(8 * x[r]->q8_0_sums[b]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - correction[r];
+}
+
+}  // namespace detail
+
 #endif  // ACCEL_SIMD_X86
 
 /// One weight row of `n` elements of type `t` at `w` times the quantized activation `x`, on the
@@ -303,6 +342,32 @@ float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, c
     default: break;
   }
   throw DTypeError("vec_dot: no integer kernel for " + std::string(io::ggml_type_name(t)));
+}
+
+/// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): Q8_0
+/// and Q4_0 on VNNI decode each block once for up to four rows at a time; the rest call vec_dot.
+template <class Arch>
+void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                  std::size_t count, float* out) {
+#if ACCEL_SIMD_X86
+  if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
+    if (t == GgmlType::q8_0 || t == GgmlType::q4_0) {
+      const bool q4 = t == GgmlType::q4_0;
+      std::size_t i = 0;
+      for (; i + 4 <= count; i += 4) {
+        q4 ? detail::dot_q8_q4_rows<4, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<4, false>(n, w, x + i, out + i);
+      }
+      switch (count - i) {
+        case 3: q4 ? detail::dot_q8_q4_rows<3, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<3, false>(n, w, x + i, out + i); break;
+        case 2: q4 ? detail::dot_q8_q4_rows<2, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<2, false>(n, w, x + i, out + i); break;
+        case 1: q4 ? detail::dot_q8_q4_rows<1, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<1, false>(n, w, x + i, out + i); break;
+        default: break;
+      }
+      return;
+    }
+  }
+#endif
+  for (std::size_t i = 0; i < count; ++i) out[i] = vec_dot(arch, t, n, w, *x[i]);
 }
 
 }  // namespace accel::quant

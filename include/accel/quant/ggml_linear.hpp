@@ -67,11 +67,14 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
   if (has_quantized_dot(type)) {
     std::vector<ActivationRow> acts(rows);
     for (std::size_t t = 0; t < rows; ++t) quantize_activation(type, xs + t * n, n, acts[t]);
+    std::vector<const ActivationRow*> xs(rows);
+    for (std::size_t t = 0; t < rows; ++t) xs[t] = &acts[t];
     simd::dispatch<quant_ladder>([&](auto arch) {
       parallel_for(m, 16, [&](std::size_t b, std::size_t e) {
+        std::vector<float> yr(rows);
         for (std::size_t r = b; r < e; ++r) {
-          const std::byte* wr = ws + r * row_bytes;
-          for (std::size_t t = 0; t < rows; ++t) ys[t * m + r] = vec_dot(arch, type, n, wr, acts[t]);
+          vec_dot_rows(arch, type, n, ws + r * row_bytes, xs.data(), rows, yr.data());
+          for (std::size_t t = 0; t < rows; ++t) ys[t * m + r] = yr[t];
         }
       });
     });
