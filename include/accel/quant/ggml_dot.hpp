@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "accel/core/errors.hpp"
@@ -326,6 +327,62 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_q8_q4_rows(std::size_t n, const std::by
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - correction[r];
 }
 
+/// dot_q4_k for up to four activation rows, each super-block's scales and nibbles decoded once;
+/// each row's arithmetic is dot_q4_k's, in the same order.
+template <int R>
+ACCEL_TARGET_AVX512_VNNI inline void dot_q4_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                   float* out) noexcept {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = w + b * sizeof(io::block_q4_k);
+    std::uint16_t d, dmin;
+    std::memcpy(&d, blk, 2);
+    std::memcpy(&dmin, blk + 2, 2);
+    const auto* scales = reinterpret_cast<const std::uint8_t*>(blk + 4);
+    const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + 16);
+    std::uint8_t sc[8], mn[8];
+    for (int g = 0; g < 8; ++g) io::k4_scale_min(g, scales, sc[g], mn[g]);
+    __m256i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+      lo[j] = _mm256_and_si256(q, low);
+      hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+    }
+    const float fd = _cvtsh_ss(d), fdmin = _cvtsh_ss(dmin);
+    for (int r = 0; r < R; ++r) {
+      const auto& a = x[r]->q8_k[b];
+      __m256i sumi = _mm256_setzero_si256();
+      int summ = 0;
+      for (int j = 0; j < 4; ++j) {
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j + 32));
+        const __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[j], x0);
+        const __m256i d1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi[j], x1);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_mullo_epi32(d0, _mm256_set1_epi32(sc[2 * j])),
+                                                       _mm256_mullo_epi32(d1, _mm256_set1_epi32(sc[2 * j + 1]))));
+        summ += mn[2 * j] * (a.bsums[4 * j] + a.bsums[4 * j + 1]) + mn[2 * j + 1] * (a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
+      }
+      acc[r] += a.d * (fd * static_cast<float>(hsum_i32(sumi)) - fdmin * static_cast<float>(summ));
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
+}
+
+/// Rows of `x` in groups of four (then the rest) through kernel<K>.
+template <class Kernel>
+inline void in_fours(const Kernel& kernel, const ActivationRow* const* x, std::size_t count, float* out) {
+  std::size_t i = 0;
+  for (; i + 4 <= count; i += 4) kernel(std::integral_constant<int, 4>{}, x + i, out + i);
+  switch (count - i) {
+    case 3: kernel(std::integral_constant<int, 3>{}, x + i, out + i); break;
+    case 2: kernel(std::integral_constant<int, 2>{}, x + i, out + i); break;
+    case 1: kernel(std::integral_constant<int, 1>{}, x + i, out + i); break;
+    default: break;
+  }
+}
+
 }  // namespace detail
 
 #endif  // ACCEL_SIMD_X86
@@ -344,25 +401,20 @@ float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, c
   throw DTypeError("vec_dot: no integer kernel for " + std::string(io::ggml_type_name(t)));
 }
 
-/// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): Q8_0
-/// and Q4_0 on VNNI decode each block once for up to four rows at a time; the rest call vec_dot.
+/// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): Q8_0,
+/// Q4_0 and Q4_K on VNNI decode each block once for up to four rows at a time; the rest call vec_dot.
 template <class Arch>
 void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow* const* x,
                   std::size_t count, float* out) {
 #if ACCEL_SIMD_X86
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
-    if (t == GgmlType::q8_0 || t == GgmlType::q4_0) {
-      const bool q4 = t == GgmlType::q4_0;
-      std::size_t i = 0;
-      for (; i + 4 <= count; i += 4) {
-        q4 ? detail::dot_q8_q4_rows<4, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<4, false>(n, w, x + i, out + i);
-      }
-      switch (count - i) {
-        case 3: q4 ? detail::dot_q8_q4_rows<3, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<3, false>(n, w, x + i, out + i); break;
-        case 2: q4 ? detail::dot_q8_q4_rows<2, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<2, false>(n, w, x + i, out + i); break;
-        case 1: q4 ? detail::dot_q8_q4_rows<1, true>(n, w, x + i, out + i) : detail::dot_q8_q4_rows<1, false>(n, w, x + i, out + i); break;
-        default: break;
-      }
+    if (t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k) {
+      detail::in_fours([&](auto r, const ActivationRow* const* xs, float* o) {
+        constexpr int R = decltype(r)::value;
+        if (t == GgmlType::q4_k) detail::dot_q4_k_rows<R>(n, w, xs, o);
+        else if (t == GgmlType::q4_0) detail::dot_q8_q4_rows<R, true>(n, w, xs, o);
+        else detail::dot_q8_q4_rows<R, false>(n, w, xs, o);
+      }, x, count, out);
       return;
     }
   }
