@@ -5,7 +5,8 @@
 //   gguf_linear_weight_shape(type, in, out)                 that packed shape
 //
 // The product quantizes each activation row once to the weight type's partner (quant/ggml_dot.hpp)
-// and runs the integer kernels for Q8_0, Q4_0, Q4_K and Q6_K; every other block type is dequantized
+// and runs the integer kernels for Q8_0, Q4_0, Q4_K and Q6_K (vec_dot_rows: a weight row's blocks
+// decoded once for up to four activation rows); every other block type is dequantized
 // a tile of rows at a time and multiplied in float32. Output rows are split across the CPU threads,
 // each weight row read once for all activation rows (a small batch costs one pass over the
 // weights). x is float32, float16 or bfloat16; y has x's dtype. CPU only: a quantized layer on a
