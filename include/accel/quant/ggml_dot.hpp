@@ -183,120 +183,11 @@ ACCEL_TARGET_AVX512_VNNI inline __m256i nibbles(const std::uint8_t* q) noexcept 
 }
 }  // namespace detail
 
-ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
-                                               const ActivationRow& x) noexcept {
-  __m256 acc = _mm256_setzero_ps();
-  for (std::size_t b = 0; b < n / 32; ++b) {
-    const std::byte* p = w + b * sizeof(io::block_q8_0);
-    std::uint16_t d;
-    std::memcpy(&d, p, 2);
-    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_0[b].qs));
-    // |w| (unsigned) times x with w's sign: VPDPBUSD's unsigned x signed form of w * x.
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
-    const float scale = _cvtsh_ss(d) * x.q8_0_scales[b];
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
-  }
-  return detail::hsum(acc);
-}
-
-ACCEL_TARGET_AVX512_VNNI inline float dot_q4_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
-                                               const ActivationRow& x) noexcept {
-  __m256 acc = _mm256_setzero_ps();
-  float correction = 0;
-  for (std::size_t b = 0; b < n / 32; ++b) {
-    const std::byte* p = w + b * sizeof(io::block_q4_0);
-    std::uint16_t d;
-    std::memcpy(&d, p, 2);
-    const __m256i q = detail::nibbles(reinterpret_cast<const std::uint8_t*>(p + 2));
-    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q8_0[b].qs));
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, qx);
-    const float scale = _cvtsh_ss(d) * x.q8_0_scales[b];
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
-    correction += scale * static_cast<float>(8 * x.q8_0_sums[b]);
-  }
-  return detail::hsum(acc) - correction;
-}
-
-ACCEL_TARGET_AVX512_VNNI inline float dot_q4_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
-                                               const ActivationRow& x) noexcept {
-  float acc = 0;
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  for (std::size_t b = 0; b < n / 256; ++b) {
-    const auto* blk = w + b * sizeof(io::block_q4_k);
-    std::uint16_t d, dmin;
-    std::memcpy(&d, blk, 2);
-    std::memcpy(&dmin, blk + 2, 2);
-    const auto* scales = reinterpret_cast<const std::uint8_t*>(blk + 4);
-    const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + 16);
-    const auto& a = x.q8_k[b];
-    __m256i sumi = _mm256_setzero_si256();
-    int summ = 0;
-    for (int j = 0; j < 4; ++j) {
-      std::uint8_t sc0, m0, sc1, m1;
-      io::k4_scale_min(2 * j, scales, sc0, m0);
-      io::k4_scale_min(2 * j + 1, scales, sc1, m1);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
-      const __m256i lo = _mm256_and_si256(q, low);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j));
-      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j + 32));
-      const __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, x0);
-      const __m256i d1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, x1);
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_mullo_epi32(d0, _mm256_set1_epi32(sc0)),
-                                                     _mm256_mullo_epi32(d1, _mm256_set1_epi32(sc1))));
-      summ += m0 * (a.bsums[4 * j] + a.bsums[4 * j + 1]) + m1 * (a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
-    }
-    acc += a.d * (_cvtsh_ss(d) * static_cast<float>(detail::hsum_i32(sumi)) - _cvtsh_ss(dmin) * static_cast<float>(summ));
-  }
-  return acc;
-}
-
-ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
-                                               const ActivationRow& x) noexcept {
-  float acc = 0;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-  for (std::size_t b = 0; b < n / 256; ++b) {
-    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
-    const std::uint8_t* ql = blk;
-    const std::uint8_t* qh = blk + 128;
-    const auto* sc = reinterpret_cast<const std::int8_t*>(blk + 192);
-    std::uint16_t d;
-    std::memcpy(&d, blk + 208, 2);
-    const auto& a = x.q8_k[b];
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-      const __m256i u[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)),
-      };
-      for (int k = 0; k < 4; ++k) {
-        const int g = 8 * h + 2 * k;  // the two groups of 16 these 32 elements span
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 128 * h + 32 * k));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[k], xv);
-        const __m256i s = _mm256_setr_epi32(sc[g], sc[g], sc[g], sc[g], sc[g + 1], sc[g + 1], sc[g + 1], sc[g + 1]);
-        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, s));
-      }
-    }
-    int offset = 0;
-    for (int g = 0; g < 16; ++g) offset += sc[g] * a.bsums[g];
-    acc += a.d * _cvtsh_ss(d) * static_cast<float>(detail::hsum_i32(sumi) - 32 * offset);
-  }
-  return acc;
-}
-
 namespace detail {
 
 /// Up to four activation rows against one weight row, its blocks decoded once for all of them (a
-/// small batch then costs one decode per block instead of one per row). Each row's float
-/// accumulation is dot_q8_0's / dot_q4_0's, in the same order: the results are theirs bit for bit.
+/// small batch then costs one decode per block instead of one per row). The single-row kernels
+/// dot_q8_0 / dot_q4_0 are this with one row.
 template <int R, bool Q4>
 ACCEL_TARGET_AVX512_VNNI inline void dot_q8_q4_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                     float* out) noexcept {
@@ -327,8 +218,8 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_q8_q4_rows(std::size_t n, const std::by
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - correction[r];
 }
 
-/// dot_q4_k for up to four activation rows, each super-block's scales and nibbles decoded once;
-/// each row's arithmetic is dot_q4_k's, in the same order.
+/// Q4_K for up to four activation rows, each super-block's scales and nibbles decoded once
+/// (dot_q4_k is this with one row).
 template <int R>
 ACCEL_TARGET_AVX512_VNNI inline void dot_q4_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                    float* out) noexcept {
@@ -384,6 +275,71 @@ inline void in_fours(const Kernel& kernel, const ActivationRow* const* x, std::s
 }
 
 }  // namespace detail
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  detail::dot_q8_q4_rows<1, false>(n, w, &xs, &out);
+  return out;
+}
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q4_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  detail::dot_q8_q4_rows<1, true>(n, w, &xs, &out);
+  return out;
+}
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q4_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  detail::dot_q4_k_rows<1>(n, w, &xs, &out);
+  return out;
+}
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  float acc = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
+    const std::uint8_t* ql = blk;
+    const std::uint8_t* qh = blk + 128;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(blk + 192);
+    std::uint16_t d;
+    std::memcpy(&d, blk + 208, 2);
+    const auto& a = x.q8_k[b];
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const int g = 8 * h + 2 * k;  // the two groups of 16 these 32 elements span
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 128 * h + 32 * k));
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[k], xv);
+        const __m256i s = _mm256_setr_epi32(sc[g], sc[g], sc[g], sc[g], sc[g + 1], sc[g + 1], sc[g + 1], sc[g + 1]);
+        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, s));
+      }
+    }
+    int offset = 0;
+    for (int g = 0; g < 16; ++g) offset += sc[g] * a.bsums[g];
+    acc += a.d * _cvtsh_ss(d) * static_cast<float>(detail::hsum_i32(sumi) - 32 * offset);
+  }
+  return acc;
+}
+
 
 #endif  // ACCEL_SIMD_X86
 
