@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <optional>
@@ -33,6 +34,8 @@
 #include "accel/nn/init.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/ops/ops.hpp"
+#include "accel/quant/bnb_quantizer.hpp"
+#include "accel/quant/gguf_quantizer.hpp"
 #include "cuda_side.hpp"
 
 using accel::Device;
@@ -718,4 +721,218 @@ TEST_CASE("cuda device stage: pinned and pageable sources reach a compute stream
           3 * (stage.slot_bytes() + accel::hooks::DeviceStage::alignment) + (std::size_t{64} << 20));
   }
   compute.synchronize();
+}
+
+// ---- packed weights (quant/cuda/kernels.cuh) ------------------------------------------------
+
+namespace {
+
+namespace q = accel::quant;
+using accel::io::GgmlType;
+
+/// Random blocks of type T whose scales are small finite values (random scale bits would make
+/// NaN / Inf weights, which say nothing about the decoding).
+template <GgmlType T>
+Tensor random_blocks(std::int64_t rows, std::int64_t in, unsigned seed) {
+  using B = accel::io::ggml_block_t<T>;
+  Tensor t = random_bytes(q::gguf_linear_weight_shape(T, in, rows), DType::u8, seed);
+  auto* p = static_cast<unsigned char*>(t.data_ptr());
+  std::mt19937 rng(seed + 1);
+  for (std::size_t off = 0; off + sizeof(B) <= t.nbytes(); off += sizeof(B)) {
+    B b;
+    std::memcpy(&b, p + off, sizeof(B));
+    // f16 bits of 2^-9 .. 2^-7 (exponent 6..8): products stay finite and of moderate size.
+    const auto small = [&] { return static_cast<std::uint16_t>(((6 + rng() % 3) << 10) | (rng() & 0x3FF)); };
+    if constexpr (std::is_same_v<decltype(b.d), float>) {
+      b.d = 1e-3f * static_cast<float>(1 + rng() % 16);
+    } else {
+      b.d = small();
+    }
+    if constexpr (requires { b.dmin; }) b.dmin = small();
+    if constexpr (requires { b.m; }) b.m = small();
+    std::memcpy(p + off, &b, sizeof(B));
+  }
+  return t;
+}
+
+/// Calls f(integral_constant<GgmlType, T>) for every block type with a CUDA kernel.
+template <class F>
+void for_each_device_ggml_type(F&& f) {
+  using std::integral_constant;
+  f(integral_constant<GgmlType, GgmlType::q4_0>{});
+  f(integral_constant<GgmlType, GgmlType::q4_1>{});
+  f(integral_constant<GgmlType, GgmlType::q5_0>{});
+  f(integral_constant<GgmlType, GgmlType::q5_1>{});
+  f(integral_constant<GgmlType, GgmlType::q8_0>{});
+  f(integral_constant<GgmlType, GgmlType::q2_k>{});
+  f(integral_constant<GgmlType, GgmlType::q3_k>{});
+  f(integral_constant<GgmlType, GgmlType::q4_k>{});
+  f(integral_constant<GgmlType, GgmlType::q5_k>{});
+  f(integral_constant<GgmlType, GgmlType::q6_k>{});
+  f(integral_constant<GgmlType, GgmlType::q8_k>{});
+  f(integral_constant<GgmlType, GgmlType::iq4_nl>{});
+  f(integral_constant<GgmlType, GgmlType::iq4_xs>{});
+  f(integral_constant<GgmlType, GgmlType::tq1_0>{});
+  f(integral_constant<GgmlType, GgmlType::tq2_0>{});
+}
+
+/// x W^T + b in float32 on the CPU, W given as float32 [out, in]: the GPU products' reference.
+Tensor float_reference(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  return api::linear(x.to(DType::f32), w.to(DType::f32), bias.defined() ? bias.to(DType::f32) : Tensor());
+}
+
+/// Largest |a - b| relative to the largest |b|.
+double rel_max_diff(const Tensor& a, const Tensor& b) {
+  const auto va = a.to(Device::cpu(), DType::f32).to_vector<float>(), vb = b.to(Device::cpu(), DType::f32).to_vector<float>();
+  REQUIRE(va.size() == vb.size());
+  double m = 0.0, s = 0.0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    m = std::max(m, static_cast<double>(std::abs(va[i] - vb[i])));
+    s = std::max(s, static_cast<double>(std::abs(vb[i])));
+  }
+  return s > 0 ? m / s : m;
+}
+
+}  // namespace
+
+TEST_CASE("cuda quant: every ggml block type decodes on the GPU to the CPU's bits", "[cuda][quant]") {
+  ACCEL_REQUIRE_GPU();
+  const auto& slots = accel::cuda_backend().quant;
+  for_each_device_ggml_type([&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    const std::int64_t qk = static_cast<std::int64_t>(accel::io::ggml_type_info(T).block_size);
+    const std::int64_t rows = 5, in = 3 * qk;
+    INFO(accel::io::ggml_type_name(T));
+    const Tensor packed = random_blocks<T>(rows, in, 11);
+    const Tensor want = accel::io::dequantize_ggml(
+        T, accel::io::ByteSpan(static_cast<const std::byte*>(packed.data_ptr()), packed.nbytes()), Shape{rows, in});
+    const Tensor on_gpu = packed.to(gpu);
+    for (DType d : {DType::f32, DType::bf16}) {
+      Tensor got = Tensor::empty(Shape{rows, in}, d, gpu);
+      REQUIRE(slots.ggml_dequantize(on_gpu, static_cast<std::uint32_t>(T), got));
+      CHECK(same_bytes(got, want.to(d)));
+    }
+  });
+  // The lattice IQ types have no kernel (nor a CPU decoder): the slot says so.
+  Tensor out = Tensor::empty(Shape{1, 256}, DType::f32, gpu);
+  CHECK_FALSE(slots.ggml_dequantize(Tensor::zeros(Shape{1, 66}, DType::u8).to(gpu),
+                                    static_cast<std::uint32_t>(GgmlType::iq2_xxs), out));
+}
+
+TEST_CASE("cuda quant: GGUF linear on a GPU, fused for few rows and through cuBLAS for many", "[cuda][quant]") {
+  ACCEL_REQUIRE_GPU();
+  for_each_device_ggml_type([&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    const std::int64_t qk = static_cast<std::int64_t>(accel::io::ggml_type_info(T).block_size);
+    const std::int64_t in = 2 * qk, out = 37;
+    const Tensor packed = random_blocks<T>(out, in, 21);
+    const Tensor w = accel::io::dequantize_ggml(
+        T, accel::io::ByteSpan(static_cast<const std::byte*>(packed.data_ptr()), packed.nbytes()), Shape{out, in});
+    const Tensor bias = uniform(Shape{out}, DType::f32, 5);
+    const Tensor packed_gpu = packed.to(gpu);
+    for (std::int64_t rows : {1, 3, 8, 9, 20}) {
+      for (DType d : {DType::f32, DType::bf16}) {
+        INFO(accel::io::ggml_type_name(T) << " rows " << rows << " " << d);
+        const Tensor x = uniform(Shape{rows, in}, d, static_cast<unsigned>(rows));
+        const Tensor y = q::ggml_linear(x.to(gpu), packed_gpu, T, in, out, bias.to(gpu));
+        REQUIRE(y.device() == gpu);
+        REQUIRE(y.dtype() == d);
+        REQUIRE(y.shape() == Shape{rows, out});
+        // Fused rows sum in float32; many bf16 rows multiply a bf16-rounded weight.
+        CHECK(rel_max_diff(y, float_reference(x, w, bias)) <= (d == DType::f32 ? 1e-5 : 2e-2));
+      }
+    }
+  });
+  // A 3-d input keeps its leading dims; a weight on the CPU with an input on the GPU is refused.
+  const Tensor packed = random_blocks<GgmlType::q8_0>(16, 64, 3);
+  const Tensor x = uniform(Shape{2, 3, 64}, DType::f32, 9);
+  CHECK(q::ggml_linear(x.to(gpu), packed.to(gpu), GgmlType::q8_0, 64, 16).shape() == Shape{2, 3, 16});
+  CHECK_THROWS_AS(q::ggml_linear(x.to(gpu), packed, GgmlType::q8_0, 64, 16), accel::DeviceError);
+}
+
+TEST_CASE("cuda quant: bitsandbytes 4-bit and int8 layers on a GPU", "[cuda][quant]") {
+  ACCEL_REQUIRE_GPU();
+  for (const bool nested : {false, true}) {
+    for (const auto type : {q::BnbQuantType::nf4, q::BnbQuantType::fp4}) {
+      for (const std::int64_t in : {128, 72}) {  // 72: not whole 32-wide steps, so no fused kernel
+        INFO("4-bit " << q::bnb_quant_type_name(type) << (nested ? " nested" : "") << " in " << in);
+        const std::int64_t out = 24;
+        q::Linear4bit layer(in, out, true, {.quant_type = type, .compress_statistics = nested});
+        layer.quantize(uniform(Shape{out, in}, DType::f32, 31));
+        layer.parameter_cell("bias")->data = uniform(Shape{out}, DType::f32, 32);
+        const Tensor w = layer.dequantized_weight();
+        const Tensor bias = layer.bias().clone();
+        layer.to(gpu);
+        // The decoding kernel gives dequantize_4bit's bits.
+        const auto& st = *layer.quant_state();
+        Tensor dec = Tensor::empty(Shape{out, in}, DType::f32, gpu);
+        const Tensor absmax = Tensor::from_vector(st.absmax_f32(), Shape{st.blocks()}).to(gpu);
+        accel::cuda_backend().quant.bnb4_dequantize(layer.weight(), absmax, q::bnb_4bit_info(type).decode.data(),
+                                                    st.blocksize, dec);
+        CHECK(same_bytes(dec, w));
+        for (std::int64_t rows : {1, 5, 17}) {
+          const Tensor x = uniform(Shape{rows, in}, DType::f32, static_cast<unsigned>(rows));
+          const Tensor y = layer.forward(x.to(gpu));
+          REQUIRE(y.device() == gpu);
+          CHECK(rel_max_diff(y, float_reference(x, w, bias)) <= 1e-5);
+        }
+      }
+    }
+  }
+  for (const std::int64_t in : {96, 40}) {  // 40: not whole 16-byte steps
+    INFO("int8 in " << in);
+    const std::int64_t out = 19;
+    q::Linear8bitLt layer(in, out, true);
+    layer.quantize(uniform(Shape{out, in}, DType::f32, 41));
+    layer.parameter_cell("bias")->data = uniform(Shape{out}, DType::f32, 42);
+    const Tensor w = layer.dequantized_weight();
+    const Tensor bias = layer.bias().clone();
+    layer.to(gpu);
+    Tensor dec = Tensor::empty(Shape{out, in}, DType::f32, gpu);
+    accel::cuda_backend().quant.int8_dequantize(layer.weight(), layer.SCB(), q::int8_dequant_const, dec);
+    CHECK(same_bytes(dec, w));
+    for (std::int64_t rows : {1, 4, 12}) {
+      for (DType d : {DType::f32, DType::bf16}) {
+        const Tensor x = uniform(Shape{rows, in}, d, static_cast<unsigned>(rows));
+        const Tensor y = layer.forward(x.to(gpu));
+        REQUIRE(y.dtype() == d);
+        CHECK(rel_max_diff(y, float_reference(x, w, bias)) <= (d == DType::f32 ? 1e-5 : 2e-2));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda quant: models quantized on load onto a GPU compute what their dequantized weights do", "[cuda][quant]") {
+  ACCEL_REQUIRE_GPU();
+  using Make = std::function<accel::dispatch::AnyQuantizer()>;
+  const std::pair<const char*, Make> cases[] = {
+      {"Q8_0", [] { return q::GgufQuantizer({.compute_dtype = DType::f32, .quant_type = GgmlType::q8_0}); }},
+      {"Q4_0", [] { return q::GgufQuantizer({.compute_dtype = DType::f32, .quant_type = GgmlType::q4_0}); }},
+      {"NF4", [] { return q::BnbQuantizer({.load_in_4bit = true, .bnb_4bit_quant_type = q::BnbQuantType::nf4}); }},
+      {"int8", [] { return q::BnbQuantizer({.load_in_8bit = true}); }},
+  };
+  for (const char* model : {"tiny_llama", "tiny_gpt2"}) {
+    for (const auto& [name, make] : cases) {
+      INFO(model << " " << name);
+      accel::DeviceMap on_gpu;
+      on_gpu.set("", accel::Placement::gpu(0));
+      auto dev = accel::dispatch::load_pretrained_causal_lm(
+          models_dir() + "/" + model,
+          {.dtype = DType::f32, .show_progress = false, .device_map = on_gpu, .quantizer = make()});
+      const std::vector<std::int64_t> prompt{5, 17, 3, 40, 22, 9, 11, 30};
+      const Tensor ids = Tensor::from_vector(prompt, Shape{1, 8});
+      const Tensor got = dev.model->logits(ids.to(gpu), nullptr, 0);
+      REQUIRE(got.device() == gpu);
+      // The same quantized weights, dequantized into float layers on the CPU.
+      accel::dispatch::AnyQuantizer back = make();
+      auto cpu = accel::dispatch::load_pretrained_causal_lm(models_dir() + "/" + model,
+                                                            {.dtype = DType::f32, .show_progress = false, .quantizer = back});
+      back.dequantize(cpu.model->module());
+      CHECK(rel_max_diff(got, cpu.model->logits(ids, nullptr, 0)) <= 1e-4);
+      // Decoding (one row per step) takes the fused kernels.
+      const accel::models::GenerationConfig greedy{.max_new_tokens = 6, .ignore_eos = true};
+      CHECK(accel::models::generate(*dev.model, ids.to(gpu), greedy).new_tokens[0] ==
+            accel::models::generate(*cpu.model, ids, greedy).new_tokens[0]);
+    }
+  }
 }

@@ -15,6 +15,7 @@
 #include "accel/core/convert.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/ops/cuda/ops.cuh"
+#include "accel/quant/cuda/kernels.cuh"
 
 namespace accel_test::cuda_side {
 
@@ -169,7 +170,8 @@ bool kernels_and_ops_registered() {
          b.fill && b.synchronize && b.convert == &accel::cuda::kernels::convert_on_device &&
          b.fill_kernel == &accel::cuda::kernels::fill_on_device && t.matmul && t.linear && t.add && t.mul &&
          t.softmax && t.layer_norm && t.rms_norm && t.gelu && t.silu && t.embedding && t.rotary_embedding &&
-         t.scaled_dot_product_attention && t.argmax && t.cat;
+         t.scaled_dot_product_attention && t.argmax && t.cat && b.quant.ggml_dequantize && b.quant.ggml_gemv &&
+         b.quant.bnb4_dequantize && b.quant.bnb4_gemv && b.quant.int8_dequantize && b.quant.int8_gemv;
 }
 
 accel::Tensor contiguous_on_device(const accel::Tensor& t) { return accel::cuda::contiguous(t); }

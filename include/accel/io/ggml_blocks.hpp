@@ -4,6 +4,7 @@
 //   ggml_block_t<GgmlType::q4_k>      the struct of a type (compile-time lookup)
 //   f16_scale(bits)                   a block's f16 scale as float (exact)
 //   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
+//   iq4nl_value(i)                    IQ4_NL's / IQ4_XS's code book
 //
 // Field order and widths are the file format: every struct is standard layout and unpadded, so
 // its size is the block's size in the file. Readers copy a block out of the mapped bytes into the
@@ -15,12 +16,13 @@
 #include <cstdint>
 
 #include "accel/core/float_types.hpp"
+#include "accel/core/host_device.hpp"
 #include "accel/io/ggml_types.hpp"
 
 namespace accel::io {
 
 /// A block's f16 scale (stored as raw bits) as float: exact.
-inline float f16_scale(std::uint16_t bits) noexcept { return accel::detail::decode_to_float<accel::detail::half_format>(bits); }
+ACCEL_HOST_DEVICE inline float f16_scale(std::uint16_t bits) noexcept { return accel::detail::decode_to_float<accel::detail::half_format>(bits); }
 
 /// 32 weights: x = (q - 8) * d, q in 0..15; low nibbles hold weights 0..15, high nibbles 16..31.
 struct block_q4_0 {
@@ -116,7 +118,7 @@ struct block_tq2_0 {
 };
 
 /// Scale and min of group j (0..7) of a Q4_K / Q5_K block: six bits each, packed in 12 bytes.
-inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& mn) noexcept {
+ACCEL_HOST_DEVICE inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& mn) noexcept {
   if (j < 4) {
     sc = s[j] & 63;
     mn = s[j + 4] & 63;
@@ -126,9 +128,12 @@ inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::ui
   }
 }
 
-/// IQ4_NL's and IQ4_XS's code book.
-inline constexpr std::int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                  1,    13,   25,  38,  53,  69,  89,  113};
+/// Entry `i` of IQ4_NL's and IQ4_XS's code book. A local table, not a namespace-scope array:
+/// CUDA kernels cannot index a host array, and they share this function.
+ACCEL_HOST_DEVICE constexpr std::int8_t iq4nl_value(unsigned i) noexcept {
+  constexpr std::int8_t book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return book[i & 15u];
+}
 
 namespace detail {
 template <GgmlType T>

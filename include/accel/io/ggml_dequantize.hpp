@@ -5,6 +5,8 @@
 //   dequantize_ggml(t, bytes, shape) -> Tensor             a float32 cpu tensor of `shape`
 //   dequantize(const GgufFile& f, name) -> Tensor         a GGUF tensor, in torch order
 //
+// The block functions are ACCEL_HOST_DEVICE: the CUDA kernels (quant/cuda/kernels.cuh) decode
+// with them, so a GPU gives the same bits.
 // Exactness: every block format's value is a product of its f16 scale with small integers, exact
 // in float32, followed by at most one rounding (a subtraction of the min, or the last product of
 // Q6_K), so the order of operations below is ggml's and no contraction into FMA changes a bit.
@@ -28,7 +30,7 @@
 
 namespace accel::io {
 
-inline void dequantize_block(const block_q4_0& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q4_0& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int j = 0; j < 16; ++j) {
     y[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
@@ -36,7 +38,7 @@ inline void dequantize_block(const block_q4_0& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q4_1& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q4_1& b, float* y) noexcept {
   const float d = f16_scale(b.d), m = f16_scale(b.m);
   for (int j = 0; j < 16; ++j) {
     y[j] = static_cast<float>(b.qs[j] & 0x0F) * d + m;
@@ -46,15 +48,15 @@ inline void dequantize_block(const block_q4_1& b, float* y) noexcept {
 
 namespace detail {
 /// The fifth bits of a Q5 block's weights j and j + 16, moved to bit 4.
-inline void q5_high_bits(const std::uint8_t* qh4, int j, int& h0, int& h1) noexcept {
-  std::uint32_t qh;
-  std::memcpy(&qh, qh4, 4);
+ACCEL_HOST_DEVICE inline void q5_high_bits(const std::uint8_t* qh4, int j, int& h0, int& h1) noexcept {
+  const std::uint32_t qh = static_cast<std::uint32_t>(qh4[0]) | (static_cast<std::uint32_t>(qh4[1]) << 8) |
+                           (static_cast<std::uint32_t>(qh4[2]) << 16) | (static_cast<std::uint32_t>(qh4[3]) << 24);
   h0 = static_cast<int>(((qh >> j) << 4) & 0x10);
   h1 = static_cast<int>((qh >> (j + 12)) & 0x10);
 }
 }  // namespace detail
 
-inline void dequantize_block(const block_q5_0& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q5_0& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int j = 0; j < 16; ++j) {
     int h0, h1;
@@ -64,7 +66,7 @@ inline void dequantize_block(const block_q5_0& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q5_1& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q5_1& b, float* y) noexcept {
   const float d = f16_scale(b.d), m = f16_scale(b.m);
   for (int j = 0; j < 16; ++j) {
     int h0, h1;
@@ -74,17 +76,17 @@ inline void dequantize_block(const block_q5_1& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q8_0& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q8_0& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
 }
 
-inline void dequantize_block(const block_q8_1& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q8_1& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
 }
 
-inline void dequantize_block(const block_q2_k& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q2_k& b, float* y) noexcept {
   const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
   const std::uint8_t* q = b.qs;
   int is = 0;
@@ -100,7 +102,7 @@ inline void dequantize_block(const block_q2_k& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q3_k& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q3_k& b, float* y) noexcept {
   // Sixteen six-bit scales: low 4 bits in bytes 0-7 (two per byte), high 2 bits in bytes 8-11.
   std::int8_t scales[16];
   for (int i = 0; i < 16; ++i) {
@@ -128,7 +130,7 @@ inline void dequantize_block(const block_q3_k& b, float* y) noexcept {
 }
 
 
-inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
   const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
   const std::uint8_t* q = b.qs;
   for (int g = 0; g < 8; g += 2) {
@@ -143,7 +145,7 @@ inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q5_k& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q5_k& b, float* y) noexcept {
   const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
   const std::uint8_t* ql = b.qs;
   std::uint8_t u1 = 1, u2 = 2;
@@ -161,7 +163,7 @@ inline void dequantize_block(const block_q5_k& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q6_k& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q6_k& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   const std::uint8_t* ql = b.ql;
   const std::uint8_t* qh = b.qh;
@@ -186,27 +188,27 @@ inline void dequantize_block(const block_q6_k& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_q8_k& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q8_k& b, float* y) noexcept {
   for (int j = 0; j < 256; ++j) y[j] = b.d * static_cast<float>(b.qs[j]);
 }
 
-inline void dequantize_block(const block_iq4_nl& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_iq4_nl& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int j = 0; j < 16; ++j) {
-    y[j] = d * static_cast<float>(iq4nl_values[b.qs[j] & 0x0F]);
-    y[j + 16] = d * static_cast<float>(iq4nl_values[b.qs[j] >> 4]);
+    y[j] = d * static_cast<float>(iq4nl_value(b.qs[j] & 0x0F));
+    y[j + 16] = d * static_cast<float>(iq4nl_value(b.qs[j] >> 4));
   }
 }
 
-inline void dequantize_block(const block_iq4_xs& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_iq4_xs& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   const std::uint8_t* qs = b.qs;
   for (int ib = 0; ib < 8; ++ib) {
     const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((b.scales_h >> (2 * ib)) & 3) << 4);
     const float dl = d * static_cast<float>(ls - 32);
     for (int j = 0; j < 16; ++j) {
-      y[j] = dl * static_cast<float>(iq4nl_values[qs[j] & 0x0F]);
-      y[j + 16] = dl * static_cast<float>(iq4nl_values[qs[j] >> 4]);
+      y[j] = dl * static_cast<float>(iq4nl_value(qs[j] & 0x0F));
+      y[j + 16] = dl * static_cast<float>(iq4nl_value(qs[j] >> 4));
     }
     y += 32;
     qs += 16;
@@ -216,15 +218,15 @@ inline void dequantize_block(const block_iq4_xs& b, float* y) noexcept {
 namespace detail {
 /// Ternary digit n of byte q: TQ1_0 stores five base-3 digits as the fraction q / 256 (rounded up),
 /// so multiplying by 3^n (mod 256) brings digit n to the top and * 3 >> 8 reads it.
-inline float ternary_digit(std::uint8_t q, int n, float d) noexcept {
-  static constexpr std::uint8_t pow3[5] = {1, 3, 9, 27, 81};
+ACCEL_HOST_DEVICE inline float ternary_digit(std::uint8_t q, int n, float d) noexcept {
+  constexpr std::uint8_t pow3[5] = {1, 3, 9, 27, 81};
   const auto shifted = static_cast<std::uint8_t>(q * pow3[n]);
   const int digit = (static_cast<std::uint16_t>(shifted) * 3) >> 8;
   return static_cast<float>(digit - 1) * d;
 }
 }  // namespace detail
 
-inline void dequantize_block(const block_tq1_0& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_tq1_0& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int n = 0; n < 5; ++n) {
     for (int m = 0; m < 32; ++m) *y++ = detail::ternary_digit(b.qs[m], n, d);
@@ -237,7 +239,7 @@ inline void dequantize_block(const block_tq1_0& b, float* y) noexcept {
   }
 }
 
-inline void dequantize_block(const block_tq2_0& b, float* y) noexcept {
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_tq2_0& b, float* y) noexcept {
   const float d = f16_scale(b.d);
   for (int j = 0; j < 64; j += 32) {
     for (int l = 0; l < 4; ++l) {

@@ -20,8 +20,11 @@
 //   ops::linear (bnb: 1 row through its GEMV, more through dequantize + matmul); y is cast back to
 //   x's dtype.
 // - Linear8bitLt: matmul_8bit with llm_int8_threshold (outlier columns in float).
-// Both compute on the CPU (quant/bnb_4bit.hpp, quant/bnb_int8.hpp hold CPU kernels only): a layer
-// whose weight is on a GPU is a DeviceError naming it.
+// On a GPU (the weight moved there by a device map or a hook), both go through
+// quant/device_linear.hpp's kernels: up to 8 rows decode the weight on the fly in float32, more
+// decode it once to x's dtype and multiply with cuBLAS. Differences from bnb on a GPU: Linear8bitLt
+// computes every column in floating point against the decoded weight (no int8 activations, so no
+// outlier split), which is closer to the float model than LLM.int8's int8 product.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,7 @@
 #include "accel/ops/matmul.hpp"
 #include "accel/quant/bnb_4bit.hpp"
 #include "accel/quant/bnb_int8.hpp"
+#include "accel/quant/device_linear.hpp"
 
 namespace accel::quant {
 
@@ -150,12 +154,14 @@ class BasicLinear4bit : public nn::BasicModule<BasicLinear4bit<P>, P> {
     }
     (*weight_)->data = device.is_meta() ? bytes.to_meta() : bytes.to(device);
     decoded_ = decoded_state(state);
+    absmax_on_device_ = Tensor();
     state_ = std::move(state);
   }
 
   Tensor forward(const Tensor& x) override {
     const Tensor& w = weight();
     if (!state_) throw ValueError("Linear4bit: the weight has not been quantized or loaded yet");
+    if (w.device().is_cuda() || x.device().is_cuda()) return forward_on_device(x);
     detail::check_cpu_weight("Linear4bit", w);
     detail::check_rows("Linear4bit", x, in_);
     const Tensor xc = x.to(o_.compute_dtype);
@@ -186,11 +192,33 @@ class BasicLinear4bit : public nn::BasicModule<BasicLinear4bit<P>, P> {
     return d;
   }
 
+  // The GPU product (quant/device_linear.hpp); the decoded absmax follows the weight's GPU once.
+  Tensor forward_on_device(const Tensor& x) {
+    const Tensor w = weight().contiguous();
+    const DeviceQuantOps& q = device_quant_ops("Linear4bit", w.device().is_cuda() ? w.device() : x.device());
+    if (!absmax_on_device_.defined() || absmax_on_device_.device() != w.device()) {
+      absmax_on_device_ = decoded_->absmax.to(w.device(), DType::f32).contiguous();
+    }
+    const Tensor& absmax = absmax_on_device_;
+    const float* lut = bnb_4bit_info(decoded_->quant_type).decode.data();
+    const std::int64_t bs = decoded_->blocksize;
+    const Tensor y = device_quantized_linear(
+        "Linear4bit", x.to(o_.compute_dtype), w, in_, out_, bias(),
+        [&](const Tensor& xf, Tensor& yf) {
+          if (in_ % 32 != 0 || !detail::aligned16(w)) return false;  // the kernel's 16-byte steps
+          q.bnb4_gemv(xf, w, absmax, lut, bs, yf);
+          return true;
+        },
+        [&](Tensor& wf) { q.bnb4_dequantize(w, absmax, lut, bs, wf); });
+    return y.dtype() == x.dtype() ? y : y.to(x.dtype());
+  }
+
   std::int64_t in_, out_;
   Linear4bitOptions o_;
   nn::ParameterPtr* weight_ = nullptr;
   nn::ParameterPtr* bias_ = nullptr;
   std::optional<BnbQuantState> state_, decoded_;
+  Tensor absmax_on_device_;
 };
 
 using Linear4bit = BasicLinear4bit<>;
@@ -261,6 +289,7 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
   }
 
   Tensor forward(const Tensor& x) override {
+    if (weight().device().is_cuda() || x.device().is_cuda()) return forward_on_device(x);
     detail::check_cpu_weight("Linear8bitLt", weight());
     detail::check_rows("Linear8bitLt", x, in_);
     return matmul_8bit(x, int8_weight(), {.threshold = o_.threshold}, bias());
@@ -272,6 +301,22 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
   }
 
  private:
+  // The GPU product (quant/device_linear.hpp): W = CB * SCB / 127 decoded in float32, every
+  // column in floating point (no outlier split is needed when nothing is rounded to int8).
+  Tensor forward_on_device(const Tensor& x) {
+    const Tensor cb = weight().contiguous();
+    const DeviceQuantOps& q = device_quant_ops("Linear8bitLt", cb.device().is_cuda() ? cb.device() : x.device());
+    const Tensor scb = SCB().to(cb.device(), DType::f32).contiguous();
+    return device_quantized_linear(
+        "Linear8bitLt", x, cb, in_, out_, bias(),
+        [&](const Tensor& xf, Tensor& yf) {
+          if (!detail::aligned16(cb)) return false;
+          q.int8_gemv(xf, cb, scb, int8_dequant_const, yf);
+          return true;
+        },
+        [&](Tensor& wf) { q.int8_dequantize(cb, scb, int8_dequant_const, wf); });
+  }
+
   std::int64_t in_, out_;
   Linear8bitOptions o_;
   nn::ParameterPtr* weight_ = nullptr;

@@ -32,9 +32,10 @@
 // a dtype to keep the float layers (and the rounding of the weights) in another.
 //
 // Differences from Diffusers / transformers, each where this backend's kernels or this loader differ:
-// - The kernels run on the CPU: update_device_map defaults to {"": cpu} (transformers: the current
-//   GPU), CPU placements are quantized instead of refused (llm_int8_enable_fp32_cpu_offload is not
-//   needed), and a layer placed on a GPU is a DeviceError.
+// - The kernels run on the CPU and on a GPU (quant/cuda/kernels.cuh): update_device_map defaults to
+//   {"": cpu} (transformers: the current GPU), CPU placements are quantized instead of refused
+//   (llm_int8_enable_fp32_cpu_offload is not needed); a layer placed on a GPU is quantized on the
+//   CPU and moved there.
 // - adjust_target_dtype returns the dtype unchanged: the swapped layers already hold u8 / i8
 //   tensors of their real size, so the planner needs no INT4 pseudo-dtype (which would also shrink
 //   the float layers the skip list keeps).
@@ -225,12 +226,9 @@ class BnbQuantizer : public CpuQuantizerDefaults {
   }
 
   /// Quantizes a float weight, or builds a packed one's state (see the header comment); state
-  /// tensors are kept until their layer is complete. DeviceError for a GPU placement.
+  /// tensors are kept until their layer is complete. Quantizing runs on the CPU; the result goes
+  /// to `device` (a GPU included).
   void create_quantized_param(nn::Module& model, const Tensor& value, const std::string& name, Device device) {
-    if (!device.is_cpu() && !device.is_meta()) {
-      throw DeviceError("BnbQuantizer: '" + name + "' is placed on " + device.str() +
-                        "; bitsandbytes layers compute on the CPU here (place them on \"cpu\")");
-    }
     if (const auto s = detail::bnb_state_name(name)) {
       if (!state_.count(name)) state_.emplace(name, value);
       if (!s->four_bit) store_int8_side(model, *s, name, value, device);

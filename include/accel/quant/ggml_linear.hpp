@@ -9,8 +9,10 @@
 // decoded once for up to four activation rows); every other block type is dequantized
 // a tile of rows at a time and multiplied in float32. Output rows are split across the CPU threads,
 // each weight row read once for all activation rows (a small batch costs one pass over the
-// weights). x is float32, float16 or bfloat16; y has x's dtype. CPU only: a quantized layer on a
-// GPU is a DeviceError naming it.
+// weights). x is float32, float16 or bfloat16; y has x's dtype. On a GPU (x and the weight on one
+// CUDA device) the product goes through quant/device_linear.hpp: the blocks decoded on the fly for
+// up to 8 rows, decoded once and multiplied by cuBLAS beyond (DeviceError when the CUDA kernels are
+// not compiled in).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include "accel/io/ggml_types.hpp"
 #include "accel/nn/basic_module.hpp"
 #include "accel/nn/init.hpp"
+#include "accel/quant/device_linear.hpp"
 #include "accel/quant/ggml_dot.hpp"
 
 namespace accel::quant {
@@ -40,18 +43,27 @@ inline Shape gguf_linear_weight_shape(GgmlType type, std::int64_t in, std::int64
 inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, std::int64_t in, std::int64_t out,
                           const Tensor& bias = {}) {
   const std::string op = "GGUF linear (" + std::string(io::ggml_type_name(type)) + ")";
-  if (!x.is_cpu() || !packed.is_cpu()) {
-    throw DeviceError(op + ": quantized layers compute on the CPU; the input is on " + x.device().str() +
-                      " and the weight on " + packed.device().str());
-  }
-  if (!is_floating_point(x.dtype())) throw DTypeError(op + ": the input is " + std::string(dtype_name(x.dtype())));
-  if (x.dim() < 1 || x.size(-1) != in) {
-    throw ShapeError(op + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
-  }
   const Shape want = gguf_linear_weight_shape(type, in, out);
   if (packed.dtype() != DType::u8 || packed.shape() != want) {
     throw ShapeError(op + ": weight is " + std::string(dtype_name(packed.dtype())) + " " + packed.shape().str() +
                      ", expected uint8 " + want.str());
+  }
+  if (x.device().is_cuda() || packed.device().is_cuda()) {
+    const DeviceQuantOps& q = device_quant_ops(op, packed.device().is_cuda() ? packed.device() : x.device());
+    const Tensor w = packed.contiguous();
+    const auto code = static_cast<std::uint32_t>(type);
+    return device_quantized_linear(
+        op, x, w, in, out, bias, [&](const Tensor& xf, Tensor& y) { return q.ggml_gemv(xf, w, code, y); },
+        [&](Tensor& wf) {
+          if (!q.ggml_dequantize(w, code, wf)) throw DTypeError(op + ": this type has no CUDA kernel");
+        });
+  }
+  if (!x.is_cpu() || !packed.is_cpu()) {
+    throw DeviceError(op + ": the input is on " + x.device().str() + " and the weight on " + packed.device().str());
+  }
+  if (!is_floating_point(x.dtype())) throw DTypeError(op + ": the input is " + std::string(dtype_name(x.dtype())));
+  if (x.dim() < 1 || x.size(-1) != in) {
+    throw ShapeError(op + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
   }
   const Tensor xf = x.to(DType::f32).contiguous();
   const Tensor w = packed.contiguous();

@@ -143,14 +143,10 @@ class GgufQuantizer : public dispatch::QuantizerDefaults {
     const FloatLinear* f = on_load_.weight_of(name);
     return f && loaded.numel() == f->in * f->out;
   }
-  /// Quantizes the float weight row by row into the layer's blocks on `device` (the CPU).
+  /// Quantizes the float weight row by row (on the CPU) into the layer's blocks on `device`.
   void create_quantized_param(nn::Module& model, const Tensor& value, const std::string& name, Device device) {
     const FloatLinear* f = on_load_.weight_of(name);
     if (!f) throw ValueError("GgufQuantizer: '" + name + "' is not the weight of a layer quantized on load");
-    if (!device.is_cpu() && !device.is_meta()) {
-      throw DeviceError("GgufQuantizer: '" + name + "' is placed on " + device.str() +
-                        "; GGUF layers compute on the CPU here (place them on \"cpu\")");
-    }
     const GgmlType type = *config_.quant_type;
     const Tensor w = SwappedLayers::out_in_f32(name, value, *f);
     Tensor packed = Tensor::empty(gguf_linear_weight_shape(type, f->in, f->out), DType::u8, Device::cpu());
@@ -160,7 +156,7 @@ class GgufQuantizer : public dispatch::QuantizerDefaults {
     parallel_for(static_cast<std::size_t>(f->out), 4, [&](std::size_t b, std::size_t e) {
       for (std::size_t r = b; r < e; ++r) quantize_rows(type, x + r * in, out + r * row_bytes, in);
     });
-    model.parameter_cell(name)->data = device.is_meta() ? packed.to_meta() : std::move(packed);
+    model.parameter_cell(name)->data = device.is_meta() ? packed.to_meta() : packed.to(device);
   }
 
   /// Layers swapped by the last preprocess_model.
