@@ -78,22 +78,26 @@ struct DeviceOps {
 /// The CUDA kernels of the packed weight formats (quant/cuda/kernels.cuh). Contract: the host
 /// layer (quant/device_linear.hpp) has checked dtypes, shapes and that every tensor is contiguous
 /// on one GPU; `out` is allocated there. A ggml type travels as its GGUF type number (this layer
-/// cannot name io's enum). The `*_gemv` slots take float32 x [n, in] with 1 <= n <= 8 and write
-/// float32 out [n, out]; the `*_dequantize` slots write W [out, in] as out's dtype (f32 / f16 /
-/// bf16). A slot returning bool returns false for a type it has no kernel for.
+/// cannot name io's enum). The `*_gemv` slots take x [n, in] (float32 or bfloat16, 16-byte
+/// aligned) with 1 <= n <= 8, an undefined or [out] float `bias`, and write out [n, out] in x's
+/// dtype; the `*_dequantize` slots write W [out, in] as out's dtype (f32 / f16 / bf16). A slot
+/// returning bool returns false for a type it has no kernel for.
 struct DeviceQuantOps {
   /// W as ggml blocks: u8 [out, row bytes].
   bool (*ggml_dequantize)(const Tensor& packed, std::uint32_t ggml_type, Tensor& out) = nullptr;
-  bool (*ggml_gemv)(const Tensor& x, const Tensor& packed, std::uint32_t ggml_type, Tensor& out) = nullptr;
+  bool (*ggml_gemv)(const Tensor& x, const Tensor& packed, std::uint32_t ggml_type, const Tensor& bias,
+                    Tensor& out) = nullptr;
   /// W as bitsandbytes 4-bit: u8 bytes (element 2i the high nibble of byte i) over the flattened
-  /// [out, in], f32 `absmax` per `blocksize` elements, `lut` the 16 decoded code values.
+  /// [out, in], f32 `absmax` per `blocksize` elements, `lut` the 16 decoded code values. The GEMV
+  /// needs in % 32 == 0.
   void (*bnb4_dequantize)(const Tensor& packed, const Tensor& absmax, const float* lut, std::int64_t blocksize,
                           Tensor& out) = nullptr;
   void (*bnb4_gemv)(const Tensor& x, const Tensor& packed, const Tensor& absmax, const float* lut,
-                    std::int64_t blocksize, Tensor& out) = nullptr;
+                    std::int64_t blocksize, const Tensor& bias, Tensor& out) = nullptr;
   /// W[r, k] = codes[r, k] * scale[r] * multiplier: i8 codes [out, in], f32 scale [out].
   void (*int8_dequantize)(const Tensor& codes, const Tensor& scale, float multiplier, Tensor& out) = nullptr;
-  void (*int8_gemv)(const Tensor& x, const Tensor& codes, const Tensor& scale, float multiplier, Tensor& out) = nullptr;
+  void (*int8_gemv)(const Tensor& x, const Tensor& codes, const Tensor& scale, float multiplier, const Tensor& bias,
+                    Tensor& out) = nullptr;
 };
 
 /// Everything the host code asks of a device runtime and its kernels.

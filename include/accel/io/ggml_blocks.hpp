@@ -5,6 +5,7 @@
 //   f16_scale(bits)                   a block's f16 scale as float (exact)
 //   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
 //   iq4nl_value(i)                    IQ4_NL's / IQ4_XS's code book
+//   load_le32(p)                      four bytes as a little-endian word (one load where it can be)
 //
 // Field order and widths are the file format: every struct is standard layout and unpadded, so
 // its size is the block's size in the file. Readers copy a block out of the mapped bytes into the
@@ -14,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "accel/core/float_types.hpp"
 #include "accel/core/host_device.hpp"
@@ -126,6 +128,20 @@ ACCEL_HOST_DEVICE inline void k4_scale_min(int j, const std::uint8_t* s, std::ui
     sc = static_cast<std::uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
     mn = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
   }
+}
+
+/// Four bytes at p as a little-endian word. On a GPU a 4-byte aligned p is one load (byte loads
+/// dominate a decoding kernel otherwise); the host's memcpy is one load wherever p is.
+ACCEL_HOST_DEVICE inline std::uint32_t load_le32(const std::uint8_t* p) noexcept {
+#if defined(__CUDA_ARCH__)
+  if (reinterpret_cast<std::uintptr_t>(p) % 4 == 0) return *reinterpret_cast<const std::uint32_t*>(p);
+  return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
+         (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+#else
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
 }
 
 /// Entry `i` of IQ4_NL's and IQ4_XS's code book. A local table, not a namespace-scope array:

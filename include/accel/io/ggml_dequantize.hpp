@@ -1,6 +1,7 @@
 // Dequantization of ggml's tensor types to float32, bit-identical to ggml's own `to_float`.
 //
 //   dequantize_block(const block_X& b, float* y)           one block, ggml's element order
+//   dequantize_group(b, g, y) / ggml_group_size<T>         group g of a block (Q4_K, Q6_K: 32 weights)
 //   dequantize_row(t, src, y, n)                           n elements of type t at src
 //   dequantize_ggml(t, bytes, shape) -> Tensor             a float32 cpu tensor of `shape`
 //   dequantize(const GgufFile& f, name) -> Tensor         a GGUF tensor, in torch order
@@ -130,19 +131,22 @@ ACCEL_HOST_DEVICE inline void dequantize_block(const block_q3_k& b, float* y) no
 }
 
 
-ACCEL_HOST_DEVICE inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
+/// Group g (0..7) of a Q4_K block: weights 32g .. 32g + 31, each d * scale * q - dmin * min.
+ACCEL_HOST_DEVICE inline void dequantize_group(const block_q4_k& b, int g, float* y) noexcept {
   const float d = f16_scale(b.d), dmin = f16_scale(b.dmin);
-  const std::uint8_t* q = b.qs;
-  for (int g = 0; g < 8; g += 2) {
-    std::uint8_t sc, mn;
-    k4_scale_min(g, b.scales, sc, mn);
-    const float d1 = d * sc, m1 = dmin * mn;
-    k4_scale_min(g + 1, b.scales, sc, mn);
-    const float d2 = d * sc, m2 = dmin * mn;
-    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
-    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    q += 32;
+  std::uint8_t sc, mn;
+  k4_scale_min(g, b.scales, sc, mn);
+  const float dl = d * sc, ml = dmin * mn;
+  const std::uint8_t* q = b.qs + 32 * (g / 2);
+  const int shift = 4 * (g % 2);
+  for (int l = 0; l < 32; l += 4) {
+    const std::uint32_t w = load_le32(q + l) >> shift;
+    for (int i = 0; i < 4; ++i) y[l + i] = dl * static_cast<float>((w >> (8 * i)) & 0x0F) - ml;
   }
+}
+
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q4_k& b, float* y) noexcept {
+  for (int g = 0; g < 8; ++g) dequantize_group(b, g, y + 32 * g);
 }
 
 ACCEL_HOST_DEVICE inline void dequantize_block(const block_q5_k& b, float* y) noexcept {
@@ -163,29 +167,27 @@ ACCEL_HOST_DEVICE inline void dequantize_block(const block_q5_k& b, float* y) no
   }
 }
 
-ACCEL_HOST_DEVICE inline void dequantize_block(const block_q6_k& b, float* y) noexcept {
+/// Group g (0..7) of a Q6_K block: weights 32g .. 32g + 31. Half g / 4 of the block; its four
+/// quarters take the low / high nibbles of ql[0..31] / ql[32..63] and bit pairs 0..3 of qh.
+ACCEL_HOST_DEVICE inline void dequantize_group(const block_q6_k& b, int g, float* y) noexcept {
   const float d = f16_scale(b.d);
-  const std::uint8_t* ql = b.ql;
-  const std::uint8_t* qh = b.qh;
-  const std::int8_t* sc = b.scales;
-  for (int n = 0; n < 256; n += 128) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+  const int half = g / 4, part = g % 4;
+  const std::uint8_t* ql = b.ql + 64 * half + 32 * (part % 2);
+  const std::uint8_t* qh = b.qh + 32 * half;
+  const std::int8_t* sc = b.scales + 8 * half + 2 * part;
+  const int low_shift = 4 * (part / 2), high_shift = 2 * part;
+  for (int l = 0; l < 32; l += 4) {
+    const std::uint32_t lo = load_le32(ql + l) >> low_shift, hi = load_le32(qh + l) >> high_shift;
+    for (int i = 0; i < 4; ++i) {
+      const int q = static_cast<int>(((lo >> (8 * i)) & 0x0F) | (((hi >> (8 * i)) & 3) << 4)) - 32;
       // (d * scale) * q: the scale product is exact, the second product rounds once, as ggml's.
-      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      y[l + i] = d * static_cast<float>(sc[l / 16]) * static_cast<float>(q);
     }
-    y += 128;
-    ql += 64;
-    qh += 32;
-    sc += 8;
   }
+}
+
+ACCEL_HOST_DEVICE inline void dequantize_block(const block_q6_k& b, float* y) noexcept {
+  for (int g = 0; g < 8; ++g) dequantize_group(b, g, y + 32 * g);
 }
 
 ACCEL_HOST_DEVICE inline void dequantize_block(const block_q8_k& b, float* y) noexcept {
@@ -246,6 +248,19 @@ ACCEL_HOST_DEVICE inline void dequantize_block(const block_tq2_0& b, float* y) n
       for (int m = 0; m < 32; ++m) *y++ = static_cast<float>(((b.qs[j + m] >> (2 * l)) & 3) - 1) * d;
     }
   }
+}
+
+/// Weights per group of dequantize_group: 32 for the types whose blocks decode in groups (Q4_K,
+/// Q6_K), the whole block for the others (whose dequantize_group is dequantize_block). The GPU's
+/// GEMV decodes one group per step, small enough to stay in registers.
+template <GgmlType T>
+inline constexpr int ggml_group_size =
+    (T == GgmlType::q4_k || T == GgmlType::q6_k) ? 32 : static_cast<int>(ggml_type_info(T).block_size);
+
+/// The only group of a block that decodes whole.
+template <class B>
+ACCEL_HOST_DEVICE inline void dequantize_group(const B& b, int, float* y) noexcept {
+  dequantize_block(b, y);
 }
 
 namespace detail {

@@ -204,9 +204,9 @@ class BasicLinear4bit : public nn::BasicModule<BasicLinear4bit<P>, P> {
     const std::int64_t bs = decoded_->blocksize;
     const Tensor y = device_quantized_linear(
         "Linear4bit", x.to(o_.compute_dtype), w, in_, out_, bias(),
-        [&](const Tensor& xf, Tensor& yf) {
+        [&](const Tensor& xs, const Tensor& b, Tensor& ys) {
           if (in_ % 32 != 0 || !detail::aligned16(w)) return false;  // the kernel's 16-byte steps
-          q.bnb4_gemv(xf, w, absmax, lut, bs, yf);
+          q.bnb4_gemv(xs, w, absmax, lut, bs, b, ys);
           return true;
         },
         [&](Tensor& wf) { q.bnb4_dequantize(w, absmax, lut, bs, wf); });
@@ -309,9 +309,9 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
     const Tensor scb = SCB().to(cb.device(), DType::f32).contiguous();
     return device_quantized_linear(
         "Linear8bitLt", x, cb, in_, out_, bias(),
-        [&](const Tensor& xf, Tensor& yf) {
+        [&](const Tensor& xs, const Tensor& b, Tensor& ys) {
           if (!detail::aligned16(cb)) return false;
-          q.int8_gemv(xf, cb, scb, int8_dequant_const, yf);
+          q.int8_gemv(xs, cb, scb, int8_dequant_const, b, ys);
           return true;
         },
         [&](Tensor& wf) { q.int8_dequantize(cb, scb, int8_dequant_const, wf); });

@@ -42,8 +42,9 @@ inline bool aligned16(const Tensor& t) { return reinterpret_cast<std::uintptr_t>
 }  // namespace detail
 
 /// y = x W^T (+ bias) on x's GPU for a packed weight held in `weight` (see the header comment).
-/// `gemv(x32, y32)` runs the fused kernel on x as contiguous float32 [n, in] into float32 [n, out]
-/// and returns false when it cannot (a layout it does not take); `dequantize(w)` fills the float
+/// `gemv(xs, b, y)` runs the fused kernel on xs, x as contiguous 16-byte aligned [n, in] float32
+/// or bfloat16, with b the bias on the GPU (or undefined), into y [n, out] of xs's dtype, and
+/// returns false when it cannot (a layout it does not take); `dequantize(w)` fills the float
 /// tensor w [out, in] (x's dtype) or throws. y has x's dtype.
 template <class Gemv, class Dequantize>
 Tensor device_quantized_linear(const std::string& op, const Tensor& x, const Tensor& weight, std::int64_t in,
@@ -60,14 +61,15 @@ Tensor device_quantized_linear(const std::string& op, const Tensor& x, const Ten
   Shape ys = x.shape();
   ys[ys.size() - 1] = out;
   if (rows >= 1 && rows <= device_gemv_rows && out > 0) {
-    Tensor xf = x.to(DType::f32).contiguous();
-    if (!detail::aligned16(xf)) xf = xf.clone();
-    xf = xf.view(Shape{rows, in});
-    Tensor y = Tensor::empty(Shape{rows, out}, DType::f32, x.device());
-    if (gemv(static_cast<const Tensor&>(xf), y)) {
-      if (bias.defined()) y = ops::add(y, bias.to(x.device(), DType::f32));
+    // The kernels read float32 and bfloat16 activations; float16 ones are widened first.
+    Tensor xs = (x.dtype() == DType::bf16 ? x : x.to(DType::f32)).contiguous();
+    if (!detail::aligned16(xs)) xs = xs.clone();
+    xs = xs.view(Shape{rows, in});
+    const Tensor b = bias.defined() ? bias.to(x.device()).contiguous() : Tensor();
+    Tensor y = Tensor::empty(Shape{rows, out}, xs.dtype(), x.device());
+    if (gemv(static_cast<const Tensor&>(xs), b, y)) {
       y = y.view(ys);
-      return x.dtype() == DType::f32 ? y : y.to(x.dtype());
+      return y.dtype() == x.dtype() ? y : y.to(x.dtype());
     }
   }
   Tensor w = Tensor::empty(Shape{out, in}, x.dtype(), x.device());

@@ -50,10 +50,12 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
   }
   if (x.device().is_cuda() || packed.device().is_cuda()) {
     const DeviceQuantOps& q = device_quant_ops(op, packed.device().is_cuda() ? packed.device() : x.device());
-    const Tensor w = packed.contiguous();
+    // The kernels read blocks in place: their fields are at most 4-byte aligned.
+    Tensor w = packed.contiguous();
+    if (reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 4 != 0) w = w.clone();
     const auto code = static_cast<std::uint32_t>(type);
     return device_quantized_linear(
-        op, x, w, in, out, bias, [&](const Tensor& xf, Tensor& y) { return q.ggml_gemv(xf, w, code, y); },
+        op, x, w, in, out, bias, [&](const Tensor& xs, const Tensor& b, Tensor& y) { return q.ggml_gemv(xs, w, code, b, y); },
         [&](Tensor& wf) {
           if (!q.ggml_dequantize(w, code, wf)) throw DTypeError(op + ": this type has no CUDA kernel");
         });
