@@ -67,7 +67,7 @@ struct Linear4bitOptions {
 namespace detail {
 inline void check_cpu_weight(const std::string& layer, const Tensor& w) {
   if (!w.is_cpu()) {
-    throw DeviceError(layer + ": bitsandbytes layers compute on the CPU here; the weight is on " + w.device().str());
+    throw DeviceError(layer + ": bitsandbytes layers compute on the CPU or a GPU; the weight is on " + w.device().str());
   }
 }
 inline void check_rows(const std::string& layer, const Tensor& x, std::int64_t in) {
