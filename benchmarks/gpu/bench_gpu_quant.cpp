@@ -8,6 +8,7 @@
 //   bf16 cuBLAS      ops::linear on the bf16 weight: what the packed formats must beat
 //   Q8_0 ... Q6_K    quant::ggml_linear on ggml blocks (random bytes: timing does not depend on values)
 //   NF4, int8        bitsandbytes' Linear4bit / Linear8bitLt forwards
+//   int4 g128, fp8   TorchAO int4_weight_only (groups of 128) and Quanto float8 (AffineLinear)
 // Weight GB/s is the bytes each call reads of its weight over its time; "of copy" relates that to
 // a device-to-device cudaMemcpy of 1 GiB (read + write counted), the bandwidth a GEMV can reach.
 // n = 1 takes the fused kernels; n = 16 decodes the weight to bf16 and runs cuBLAS.
@@ -27,6 +28,7 @@
 #include "accel/backend/cuda/runtime.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/ops/ops.hpp"
+#include "accel/quant/affine.hpp"
 #include "accel/quant/bnb_linear.hpp"
 #include "accel/quant/ggml_linear.hpp"
 
@@ -130,6 +132,11 @@ int main(int argc, char** argv) try {
     accel::quant::Linear8bitLt int8(k, m, false);
     int8.quantize(wf);
     int8.to(gpu);
+    using accel::quant::AffineScheme;
+    accel::quant::AffineLinear int4(k, m, AffineScheme::torchao_int4_weight_only, 128);
+    int4.set_quantized_weight(accel::quant::quantize_affine(AffineScheme::torchao_int4_weight_only, wf, 128), gpu);
+    accel::quant::AffineLinear fp8(k, m, AffineScheme::quanto_float8);
+    fp8.set_quantized_weight(accel::quant::quantize_affine(AffineScheme::quanto_float8, wf), gpu);
     struct Row {
       std::string name;
       double bytes;
@@ -147,6 +154,10 @@ int main(int argc, char** argv) try {
     }
     rows.push_back({"NF4", static_cast<double>(nf4.weight().nbytes()), [&](const Tensor& x) { return nf4.forward(x); }});
     rows.push_back({"int8", static_cast<double>(int8.weight().nbytes()), [&](const Tensor& x) { return int8.forward(x); }});
+    rows.push_back({"int4 g128", static_cast<double>(int4.quantized_weight().codes.nbytes()),
+                    [&](const Tensor& x) { return int4.forward(x); }});
+    rows.push_back({"fp8", static_cast<double>(fp8.quantized_weight().codes.nbytes()),
+                    [&](const Tensor& x) { return fp8.forward(x); }});
     for (const std::int64_t n : ns) {
       const Tensor x = uniform(Shape{n, k}, 11).to(gpu, DType::bf16);
       double base = 0;

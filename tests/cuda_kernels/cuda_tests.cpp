@@ -36,6 +36,8 @@
 #include "accel/ops/ops.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
+#include "accel/quant/quanto.hpp"
+#include "accel/quant/torchao.hpp"
 #include "cuda_side.hpp"
 
 using accel::Device;
@@ -902,6 +904,34 @@ TEST_CASE("cuda quant: bitsandbytes 4-bit and int8 layers on a GPU", "[cuda][qua
   }
 }
 
+TEST_CASE("cuda quant: Quanto and TorchAO layers on a GPU", "[cuda][quant]") {
+  ACCEL_REQUIRE_GPU();
+  using S = q::AffineScheme;
+  for (const S s : {S::quanto_int8, S::quanto_int4, S::quanto_int2, S::quanto_float8, S::torchao_int8_weight_only,
+                    S::torchao_int4_weight_only, S::torchao_int8_dynamic_activation_int8_weight,
+                    S::torchao_float8_weight_only}) {
+    for (const std::int64_t in : {96, 100}) {  // 100: a short last group, no 16-byte int8 steps
+      INFO(q::affine_scheme_info(s).name << " in " << in);
+      const std::int64_t out = 21;
+      q::AffineLinear layer(in, out, s, 32, true);
+      layer.set_quantized_weight(q::quantize_affine(s, uniform(Shape{out, in}, DType::f32, 51), 32), Device::cpu());
+      layer.parameter_cell("bias")->data = uniform(Shape{out}, DType::f32, 52);
+      const Tensor w = layer.dequantized_weight();
+      const Tensor bias = layer.bias().clone();
+      layer.to(gpu);
+      for (std::int64_t rows : {1, 6, 11}) {
+        for (DType d : {DType::f32, DType::bf16}) {
+          const Tensor x = uniform(Shape{rows, in}, d, static_cast<unsigned>(rows));
+          const Tensor y = layer.forward(x.to(gpu));
+          REQUIRE(y.device() == gpu);
+          REQUIRE(y.dtype() == d);
+          CHECK(rel_max_diff(y, float_reference(x, w, bias)) <= (d == DType::f32 ? 1e-5 : 2e-2));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda quant: models quantized on load onto a GPU compute what their dequantized weights do", "[cuda][quant]") {
   ACCEL_REQUIRE_GPU();
   using Make = std::function<accel::dispatch::AnyQuantizer()>;
@@ -910,6 +940,8 @@ TEST_CASE("cuda quant: models quantized on load onto a GPU compute what their de
       {"Q4_0", [] { return q::GgufQuantizer({.compute_dtype = DType::f32, .quant_type = GgmlType::q4_0}); }},
       {"NF4", [] { return q::BnbQuantizer({.load_in_4bit = true, .bnb_4bit_quant_type = q::BnbQuantType::nf4}); }},
       {"int8", [] { return q::BnbQuantizer({.load_in_8bit = true}); }},
+      {"TorchAO int4", [] { return q::TorchAoQuantizer({.quant_type = "int4wo", .quant_type_kwargs = nlohmann::json{{"group_size", 32}}}); }},
+      {"Quanto float8", [] { return q::QuantoQuantizer({.weights_dtype = "float8"}); }},
   };
   for (const char* model : {"tiny_llama", "tiny_gpt2"}) {
     for (const auto& [name, make] : cases) {

@@ -171,7 +171,8 @@ bool kernels_and_ops_registered() {
          b.fill_kernel == &accel::cuda::kernels::fill_on_device && t.matmul && t.linear && t.add && t.mul &&
          t.softmax && t.layer_norm && t.rms_norm && t.gelu && t.silu && t.embedding && t.rotary_embedding &&
          t.scaled_dot_product_attention && t.argmax && t.cat && b.quant.ggml_dequantize && b.quant.ggml_gemv &&
-         b.quant.bnb4_dequantize && b.quant.bnb4_gemv && b.quant.int8_dequantize && b.quant.int8_gemv;
+         b.quant.bnb4_dequantize && b.quant.bnb4_gemv && b.quant.int8_dequantize && b.quant.int8_gemv &&
+         b.quant.affine_dequantize && b.quant.affine_gemv;
 }
 
 accel::Tensor contiguous_on_device(const accel::Tensor& t) { return accel::cuda::contiguous(t); }

@@ -98,6 +98,13 @@ struct DeviceQuantOps {
   void (*int8_dequantize)(const Tensor& codes, const Tensor& scale, float multiplier, Tensor& out) = nullptr;
   void (*int8_gemv)(const Tensor& x, const Tensor& codes, const Tensor& scale, float multiplier, const Tensor& bias,
                     Tensor& out) = nullptr;
+  /// W as Quanto / TorchAO codes (quant/affine_scheme.hpp's affine_value): `codes` bytes [out, row
+  /// bytes], f32 `scale` and `min` (undefined unless kind is zero_point) [out, groups] with `group`
+  /// columns each; `kind` is the AffineKind's value.
+  void (*affine_dequantize)(const Tensor& codes, const Tensor& scale, const Tensor& min, int kind, int bits,
+                            std::int64_t group, Tensor& out) = nullptr;
+  void (*affine_gemv)(const Tensor& x, const Tensor& codes, const Tensor& scale, const Tensor& min, int kind, int bits,
+                      std::int64_t group, const Tensor& bias, Tensor& out) = nullptr;
 };
 
 /// Everything the host code asks of a device runtime and its kernels.

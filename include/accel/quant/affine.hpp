@@ -16,8 +16,10 @@
 // Forward on the CPU: up to 16 rows dequantize a tile of 8 weight rows at a time and take float32
 // dot products (the weight read once); more rows dequantize the whole weight and run ops::linear;
 // the dynamic-activation scheme quantizes each row of x and multiplies int8 codes (VNNI where the
-// CPU has it, quant/bnb_int8.hpp's int8_linear_matmul). A layer whose weight is on a GPU is a
-// DeviceError naming it.
+// CPU has it, quant/bnb_int8.hpp's int8_linear_matmul). On a GPU the layer goes through
+// quant/device_linear.hpp (int8 per channel through the int8 kernels, the others through
+// affine_value in a GEMV); there the dynamic-activation scheme multiplies float activations with
+// the decoded weight (closer to the float model than TorchAO's int8 product).
 // Differences from the libraries: scales are float32 (theirs are the model's dtype), and the codes
 // are this layout, not Quanto's or TorchAO's tensor subclasses (the layers are not serializable).
 #pragma once
@@ -41,6 +43,7 @@
 #include "accel/ops/matmul.hpp"
 #include "accel/quant/affine_scheme.hpp"
 #include "accel/quant/bnb_int8.hpp"
+#include "accel/quant/device_linear.hpp"
 
 namespace accel::quant {
 
@@ -79,20 +82,8 @@ inline void dequantize_affine_row(const AffineSchemeInfo& info, const AffineWeig
   const float* sc = static_cast<const float*>(w.scale.data_ptr()) + r * groups;
   const float* mn = w.min.defined() ? static_cast<const float*>(w.min.data_ptr()) + r * groups : nullptr;
   const std::int64_t g = info.group == 0 ? in : w.group;
-  if (info.kind == AffineKind::float8) {
-    const auto* q = static_cast<const float8_e4m3fn*>(w.codes.data_ptr()) + r * in;
-    for (std::int64_t c = 0; c < in; ++c) y[c] = static_cast<float>(q[c]) * sc[c / g];
-  } else if (info.bits == 8) {
-    const auto* q = static_cast<const std::int8_t*>(w.codes.data_ptr()) + r * in;
-    for (std::int64_t c = 0; c < in; ++c) y[c] = static_cast<float>(q[c]) * sc[c / g];
-  } else {
-    const auto* q = static_cast<const std::uint8_t*>(w.codes.data_ptr()) + r * w.codes.size(1);
-    const int per_byte = 8 / info.bits, mask = (1 << info.bits) - 1;
-    for (std::int64_t c = 0; c < in; ++c) {
-      const int code = (q[c / per_byte] >> (info.bits * (c % per_byte))) & mask;
-      y[c] = static_cast<float>(code) * sc[c / g] + mn[c / g];
-    }
-  }
+  const auto* q = static_cast<const std::uint8_t*>(w.codes.data_ptr()) + r * w.codes.size(1);
+  for (std::int64_t c = 0; c < in; ++c) y[c] = affine_value(info.kind, info.bits, q, c, sc[c / g], mn ? mn[c / g] : 0.0f);
 }
 
 }  // namespace detail
@@ -171,9 +162,35 @@ inline Tensor dequantize_affine(AffineScheme s, const AffineWeight& w) {
 inline Tensor affine_linear(const Tensor& x, AffineScheme s, const AffineWeight& w, const Tensor& bias = {}) {
   const auto& info = affine_scheme_info(s);
   const std::string op(info.name);
+  if (x.device().is_cuda() || w.codes.device().is_cuda()) {
+    const DeviceQuantOps& q = device_quant_ops(op + " linear", w.codes.is_cuda() ? w.codes.device() : x.device());
+    const Tensor codes = w.codes.contiguous(), scale = w.scale.contiguous();
+    const Tensor mn = w.min.defined() ? w.min.contiguous() : Tensor();
+    const int kind = static_cast<int>(info.kind);
+    // int8 per output channel is LLM.int8's layout with a multiplier of 1: its kernels.
+    const bool int8_rows = info.kind == AffineKind::symmetric && info.bits == 8;
+    return device_quantized_linear(
+        op + " linear", x, codes, w.in, w.out, bias,
+        [&](const Tensor& xs, const Tensor& b, Tensor& y) {
+          if (!int8_rows) {
+            q.affine_gemv(xs, codes, scale, mn, kind, info.bits, w.group, b, y);
+          } else if (detail::aligned16(codes)) {
+            q.int8_gemv(xs, codes, scale, 1.0f, b, y);
+          } else {
+            return false;
+          }
+          return true;
+        },
+        [&](Tensor& wf) {
+          if (int8_rows) {
+            q.int8_dequantize(codes, scale, 1.0f, wf);
+          } else {
+            q.affine_dequantize(codes, scale, mn, kind, info.bits, w.group, wf);
+          }
+        });
+  }
   if (!x.is_cpu() || !w.codes.is_cpu()) {
-    throw DeviceError(op + " linear: quantized layers compute on the CPU; the input is on " + x.device().str() +
-                      " and the weight on " + w.codes.device().str());
+    throw DeviceError(op + " linear: the input is on " + x.device().str() + " and the weight on " + w.codes.device().str());
   }
   if (!is_floating_point(x.dtype())) throw DTypeError(op + " linear: the input is " + std::string(dtype_name(x.dtype())));
   if (x.dim() < 1 || x.size(-1) != w.in) {
@@ -280,7 +297,7 @@ class BasicAffineLinear : public nn::BasicModule<BasicAffineLinear<P>, P> {
   AffineWeight quantized_weight() const {
     return {(*weight_)->data, (*scale_)->data, min_ ? (*min_)->data : Tensor(), in_, out_, group_};
   }
-  /// Stores a quantized weight on `device` (the CPU, or meta); ShapeError when it is not this layer's.
+  /// Stores a quantized weight on `device` (the CPU, a GPU or meta); ShapeError when it is not this layer's.
   void set_quantized_weight(const AffineWeight& w, Device device) {
     const AffineWeight mine = quantized_weight();
     if (w.codes.shape() != mine.codes.shape() || w.codes.dtype() != mine.codes.dtype() ||

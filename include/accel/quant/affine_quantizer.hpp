@@ -7,8 +7,8 @@
 // so the planner sizes the codes and scales; each float weight the loader streams in is quantized
 // (quant/affine.hpp) and stored, so the CPU holds the quantized model plus one float weight at a
 // time. dequantize() restores float layers (a GPT-2 Conv1D a Conv1D) in the dtype they were built in.
-// Differences from Diffusers: the layers compute on the CPU (a GPU placement is a DeviceError), so
-// update_device_map defaults to {"": cpu}; the quantized layers are this library's layout, not
+// Differences from Diffusers: update_device_map defaults to {"": cpu} (a GPU placement quantizes on
+// the CPU and moves the codes there); the quantized layers are this library's layout, not
 // Quanto's QBytesTensor / TorchAO's AffineQuantizedTensor, and are not serializable yet.
 #pragma once
 
@@ -63,14 +63,10 @@ class AffineQuantizerBase : public CpuQuantizerDefaults {
     const FloatLinear* f = layers_.weight_of(name);
     return f && loaded.numel() == f->in * f->out;
   }
-  /// Quantizes the float weight into the layer on `device` (the CPU); DeviceError for a GPU.
+  /// Quantizes the float weight (on the CPU) into the layer on `device`.
   void create_quantized_param(nn::Module& model, const Tensor& value, const std::string& name, Device device) {
     const FloatLinear* f = layers_.weight_of(name);
     if (!f) throw ValueError(name_ + ": '" + name + "' is not the weight of a layer quantized on load");
-    if (!device.is_cpu() && !device.is_meta()) {
-      throw DeviceError(name_ + ": '" + name + "' is placed on " + device.str() +
-                        "; its quantized layers compute on the CPU here (place them on \"cpu\")");
-    }
     auto& layer = dynamic_cast<AffineLinear&>(model.get_submodule(name.substr(0, name.size() - 7)));
     layer.set_quantized_weight(quantize_affine(scheme_, SwappedLayers::out_in_f32(name, value, *f), layer.group_size()),
                                device);

@@ -3,6 +3,8 @@
 //
 //   AffineScheme                 the schemes, one enumerator a row
 //   affine_scheme_info(s)        its row: kind, bits, scale divisor, code range, default group
+//   affine_value(kind, bits, row, c, scale, min)
+//                                the float code c of a row stands for (CPU and CUDA kernels alike)
 //
 // | scheme                          | codes                 | one scale per         | value                  |
 // |---------------------------------|-----------------------|-----------------------|------------------------|
@@ -17,6 +19,9 @@
 
 #include <cstdint>
 #include <string_view>
+
+#include "accel/core/float_types.hpp"
+#include "accel/core/host_device.hpp"
 
 namespace accel::quant {
 
@@ -70,6 +75,17 @@ constexpr const AffineSchemeInfo& affine_scheme_info(AffineScheme s) {
     if (row.scheme == s) return row;
   }
   return affine_scheme_table[0];  // unreachable: every enumerator has a row
+}
+
+/// The value column c of a row of codes stands for, given its group's scale (and min): int8 or
+/// float8_e4m3fn bytes, or `bits`-wide codes packed low bits first. Host and CUDA code share it.
+ACCEL_HOST_DEVICE inline float affine_value(AffineKind kind, int bits, const std::uint8_t* row, std::int64_t c,
+                                            float scale, float min) noexcept {
+  if (kind == AffineKind::float8) return static_cast<float>(float8_e4m3fn::from_bits(row[c])) * scale;
+  if (bits == 8) return static_cast<float>(static_cast<std::int8_t>(row[c])) * scale;
+  const int per_byte = 8 / bits;
+  const int code = (row[c / per_byte] >> (bits * static_cast<int>(c % per_byte))) & ((1 << bits) - 1);
+  return static_cast<float>(code) * scale + min;
 }
 
 }  // namespace accel::quant
