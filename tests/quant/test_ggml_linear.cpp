@@ -25,6 +25,7 @@
 #include "accel/io/load_state_dict.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/quant/ggml_dot.hpp"
+#include "accel/quant/ggml_dot_x16.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
@@ -200,6 +201,60 @@ TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size
         std::vector<float> got(count);
         vec_dot_rows(arch, type, n, packed.data(), xs.data(), count, got.data());
         for (std::size_t t = 0; t < count; ++t) CHECK(got[t] == vec_dot(arch, type, n, packed.data(), acts[t]));
+      }
+    });
+  }
+}
+
+TEST_CASE("the 16-row kernels and ggml_linear's batched path give vec_dot's results", "[quant][ggml]") {
+  // 37 weight rows: two groups of 16 and a tail of 5; up to 11 activation rows: a pass of 8 and
+  // the rest. The integer sums are exact, so only the float accumulation order differs.
+  const std::size_t n = 512, m = 37;
+  std::vector<ActivationRow> acts(11);
+  std::vector<const ActivationRow*> xs;
+  std::vector<float> xf;
+  for (std::size_t t = 0; t < acts.size(); ++t) xs.push_back(&acts[t]);
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0}) {
+    INFO(io::ggml_type_name(type));
+    const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
+    const auto w = random_floats(m * n, 5, 1.0f);
+    std::vector<std::byte> packed(m * row_bytes);
+    quantize_rows(type, w.data(), packed.data(), m * n);
+    xf.clear();
+    for (std::size_t t = 0; t < acts.size(); ++t) {
+      const auto x = random_floats(n, 40 + static_cast<unsigned>(t), 3.0f);
+      xf.insert(xf.end(), x.begin(), x.end());
+      quantize_activation(type, x.data(), n, acts[t]);
+    }
+    simd::dispatch<quant_ladder>([&](auto arch) {
+      std::vector<float> want(acts.size() * m);  // [activation][weight row]
+      for (std::size_t t = 0; t < acts.size(); ++t) {
+        for (std::size_t r = 0; r < m; ++r) want[t * m + r] = vec_dot(arch, type, n, packed.data() + r * row_bytes, acts[t]);
+      }
+      // 16 block terms of magnitude ~20 each (|x| <= 3, |w| <= 1): float rounding of order 1e-5
+      // per term, summed in another order.
+      const auto near = [](float a, float b) { return std::abs(a - b) <= 2e-4f + 1e-5f * std::abs(b); };
+      if (has_dot_x16(arch, type)) {
+        for (std::size_t count = 1; count <= acts.size(); ++count) {
+          std::vector<float> got(count * 16);
+          vec_dot_x16(arch, type, n, packed.data() + 16 * row_bytes, row_bytes, xs.data(), count, got.data());
+          for (std::size_t t = 0; t < count; ++t) {
+            for (std::size_t i = 0; i < 16; ++i) CHECK(near(got[t * 16 + i], want[t * m + 16 + i]));
+          }
+        }
+      } else {
+        CHECK_THROWS_AS(vec_dot_x16(arch, type, n, packed.data(), row_bytes, xs.data(), 1, xf.data()), DTypeError);
+      }
+      Tensor wt = Tensor::empty(gguf_linear_weight_shape(type, n, m), DType::u8, Device::cpu());
+      std::memcpy(wt.data_ptr(), packed.data(), packed.size());
+      for (const std::size_t count : {1ul, 2ul, 3ul, 9ul, 11ul}) {
+        const Tensor x = Tensor::from_vector(std::vector<float>(xf.begin(), xf.begin() + count * n),
+                                             Shape{static_cast<std::int64_t>(count), static_cast<std::int64_t>(n)});
+        const auto y = ggml_linear(x, wt, type, n, m).to_vector<float>();
+        for (std::size_t i = 0; i < count * m; ++i) {
+          INFO("count " << count << " output " << i << ": " << y[i] << " vs " << want[i]);
+          CHECK(near(y[i], want[i]));
+        }
       }
     });
   }

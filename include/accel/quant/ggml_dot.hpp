@@ -188,12 +188,24 @@ namespace detail {
 /// Up to four activation rows against one weight row, its blocks decoded once for all of them (a
 /// small batch then costs one decode per block instead of one per row). The single-row kernels
 /// dot_q8_0 / dot_q4_0 are this with one row.
+///
+/// The loops over R are unrolled and the kernels kept out of line on purpose: inlined into the
+/// dispatching lambdas, GCC 12 kept the R accumulators in memory, and a batch of two cost three
+/// and a half single rows instead of under two.
 template <int R, bool Q4>
-ACCEL_TARGET_AVX512_VNNI inline void dot_q8_q4_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_q8_q4_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                     float* out) noexcept {
   __m256 acc[R];
-  float correction[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), correction[r] = 0;
+  const std::int8_t* xq[R];
+  const std::int32_t* xsum[R];
+  const float* xd[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    xq[r] = x[r]->q8_0.data()->qs;
+    xsum[r] = x[r]->q8_0_sums.data();
+    xd[r] = x[r]->q8_0_scales.data();
+  }
   constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
   for (std::size_t b = 0; b < n / 32; ++b) {
     const std::byte* p = w + b * block;
@@ -207,23 +219,26 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_q8_q4_rows(std::size_t n, const std::by
       q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
     }
     const __m256i uq = Q4 ? q : _mm256_sign_epi8(q, q);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r]->q8_0[b].qs));
-      const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uq, Q4 ? qx : _mm256_sign_epi8(qx, q));
-      const float scale = dw * x[r]->q8_0_scales[b];
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc[r]);
-      if constexpr (Q4) correction[r] += scale * static_cast<float>(8 * x[r]->q8_0_sums[b]);
+      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * sizeof(io::block_q8_0)));
+      // Q4_0's codes are value + 8: the offset comes out in integers, from lane 0's start.
+      const __m256i start = Q4 ? _mm256_castsi128_si256(_mm_cvtsi32_si128(-8 * xsum[r][b])) : _mm256_setzero_si256();
+      const __m256i dot = _mm256_dpbusd_epi32(start, uq, Q4 ? qx : _mm256_sign_epi8(qx, q));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xd[r][b]), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]) - correction[r];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
 /// Q4_K for up to four activation rows, each super-block's scales and nibbles decoded once
 /// (dot_q4_k is this with one row).
 template <int R>
-ACCEL_TARGET_AVX512_VNNI inline void dot_q4_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_q4_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                    float* out) noexcept {
   float acc[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = 0;
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (std::size_t b = 0; b < n / 256; ++b) {
@@ -236,16 +251,19 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_q4_k_rows(std::size_t n, const std::byt
     std::uint8_t sc[8], mn[8];
     for (int g = 0; g < 8; ++g) io::k4_scale_min(g, scales, sc[g], mn[g]);
     __m256i lo[4], hi[4];
+    #pragma GCC unroll 8
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
       lo[j] = _mm256_and_si256(q, low);
       hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
     }
     const float fd = _cvtsh_ss(d), fdmin = _cvtsh_ss(dmin);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const auto& a = x[r]->q8_k[b];
       __m256i sumi = _mm256_setzero_si256();
       int summ = 0;
+      #pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) {
         const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j));
         const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j + 32));
@@ -255,49 +273,54 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_q4_k_rows(std::size_t n, const std::byt
                                                        _mm256_mullo_epi32(d1, _mm256_set1_epi32(sc[2 * j + 1]))));
         summ += mn[2 * j] * (a.bsums[4 * j] + a.bsums[4 * j + 1]) + mn[2 * j + 1] * (a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
       }
-      acc[r] += a.d * (fd * static_cast<float>(hsum_i32(sumi)) - fdmin * static_cast<float>(summ));
+      // Explicit FMAs: contraction left to the compiler differs between the unrolled batch sizes,
+      // and a batch must give each row's single-row result bit for bit.
+      acc[r] = std::fma(a.d, std::fma(fd, static_cast<float>(hsum_i32(sumi)), -(fdmin * static_cast<float>(summ))), acc[r]);
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
-/// Rows of `x` in groups of four (then the rest) through kernel<K>.
-template <class Kernel>
-inline void in_fours(const Kernel& kernel, const ActivationRow* const* x, std::size_t count, float* out) {
+/// Rows of `x` in groups of Max (then one group of the rest) through kernel(integral_constant<R>,
+/// rows, out); row i's results start at out + i * stride.
+template <int Max, class Kernel>
+inline void in_groups(const Kernel& kernel, const ActivationRow* const* x, std::size_t count, float* out,
+                      std::size_t stride = 1) {
   std::size_t i = 0;
-  for (; i + 4 <= count; i += 4) kernel(std::integral_constant<int, 4>{}, x + i, out + i);
-  switch (count - i) {
-    case 3: kernel(std::integral_constant<int, 3>{}, x + i, out + i); break;
-    case 2: kernel(std::integral_constant<int, 2>{}, x + i, out + i); break;
-    case 1: kernel(std::integral_constant<int, 1>{}, x + i, out + i); break;
-    default: break;
-  }
+  for (; i + Max <= count; i += Max) kernel(std::integral_constant<int, Max>{}, x + i, out + i * stride);
+  const std::size_t rest = count - i;
+  [&]<int... K>(std::integer_sequence<int, K...>) {
+    ((rest == K + 1 ? kernel(std::integral_constant<int, K + 1>{}, x + i, out + i * stride) : void()), ...);
+  }(std::make_integer_sequence<int, Max - 1>{});
 }
 
 }  // namespace detail
 
-ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
-                                               const ActivationRow& x) noexcept {
+namespace detail {
+/// A multi-row kernel with one activation row.
+template <auto Kernel>
+ACCEL_TARGET_AVX512_VNNI inline float one_row(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
   float out;
   const ActivationRow* xs = &x;
-  detail::dot_q8_q4_rows<1, false>(n, w, &xs, &out);
+  Kernel(n, w, &xs, &out);
   return out;
+}
+}  // namespace detail
+
+ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
+                                               const ActivationRow& x) noexcept {
+  return detail::one_row<detail::dot_q8_q4_rows<1, false>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX512_VNNI inline float dot_q4_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
                                                const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q8_q4_rows<1, true>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q8_q4_rows<1, true>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX512_VNNI inline float dot_q4_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
                                                const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q4_k_rows<1>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q4_k_rows<1>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
@@ -365,7 +388,7 @@ void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
 #if ACCEL_SIMD_X86
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
     if (t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k) {
-      detail::in_fours([&](auto r, const ActivationRow* const* xs, float* o) {
+      detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
         if (t == GgmlType::q4_k) detail::dot_q4_k_rows<R>(n, w, xs, o);
         else if (t == GgmlType::q4_0) detail::dot_q8_q4_rows<R, true>(n, w, xs, o);

@@ -5,8 +5,9 @@
 //   gguf_linear_weight_shape(type, in, out)                 that packed shape
 //
 // The product quantizes each activation row once to the weight type's partner (quant/ggml_dot.hpp)
-// and runs the integer kernels for Q8_0, Q4_0, Q4_K and Q6_K (vec_dot_rows: a weight row's blocks
-// decoded once for up to four activation rows); every other block type is dequantized
+// and runs the integer kernels: for a batch of Q8_0 / Q4_0 rows sixteen weight rows at a time
+// (quant/ggml_dot_x16.hpp, on AVX-512 VNNI), otherwise a weight row at a time (vec_dot_rows: its
+// blocks decoded once for up to four activation rows); every other block type is dequantized
 // a tile of rows at a time and multiplied in float32. Output rows are split across the CPU threads,
 // each weight row read once for all activation rows (a small batch costs one pass over the
 // weights). x is float32, float16 or bfloat16; y has x's dtype. On a GPU (x and the weight on one
@@ -31,6 +32,7 @@
 #include "accel/nn/init.hpp"
 #include "accel/quant/device_linear.hpp"
 #include "accel/quant/ggml_dot.hpp"
+#include "accel/quant/ggml_dot_x16.hpp"
 
 namespace accel::quant {
 
@@ -85,6 +87,28 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
     std::vector<const ActivationRow*> xs(rows);
     for (std::size_t t = 0; t < rows; ++t) xs[t] = &acts[t];
     simd::dispatch<quant_ladder>([&](auto arch) {
+      if (rows >= dot_x16_min_activations && has_dot_x16(arch, type)) {
+        // Sixteen weight rows a step (quant/ggml_dot_x16.hpp); the last m % 16 rows one at a time.
+        constexpr std::size_t g = dot_x16_rows;
+        const std::size_t groups = m / g, steps = groups + (m % g != 0);
+        parallel_for(steps, 1, [&](std::size_t b, std::size_t e) {
+          std::vector<float> yr(rows * g);
+          for (std::size_t s = b; s < e; ++s) {
+            const std::size_t r0 = s * g, nr = s < groups ? g : m % g;
+            if (s < groups) {
+              vec_dot_x16(arch, type, n, ws + r0 * row_bytes, row_bytes, xs.data(), rows, yr.data());
+            } else {
+              for (std::size_t i = 0; i < nr; ++i) {
+                vec_dot_rows(arch, type, n, ws + (r0 + i) * row_bytes, xs.data(), rows, yr.data() + rows * i);
+              }
+            }
+            for (std::size_t t = 0; t < rows; ++t) {
+              for (std::size_t i = 0; i < nr; ++i) ys[t * m + r0 + i] = s < groups ? yr[t * g + i] : yr[rows * i + t];
+            }
+          }
+        });
+        return;
+      }
       parallel_for(m, 16, [&](std::size_t b, std::size_t e) {
         std::vector<float> yr(rows);
         for (std::size_t r = b; r < e; ++r) {

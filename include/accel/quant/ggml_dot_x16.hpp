@@ -1,0 +1,160 @@
+// Sixteen weight rows at a time for Q8_0 and Q4_0: each 512-bit register holds one 4-byte group
+// of sixteen rows (lane i = row i), so one VPDPBUSD with the activation's matching 4 bytes
+// broadcast advances all sixteen dot products, and the blocks' scales are one vector.
+//
+//   has_dot_x16(arch, t)                               a 16-row kernel for t on arch
+//   dot_x16_min_activations                            the batch from which ggml_linear uses it
+//   vec_dot_x16(arch, t, n, w, row_bytes, xs, k, out)  rows w, w + row_bytes, ... (16 of them)
+//                                                      times k activation rows: out[j * 16 + i]
+//
+// Why: the one-row kernels of quant/ggml_dot.hpp spend most of a block on scalar work (the two
+// scales, their product, the offset correction) and a horizontal sum, again for every activation
+// row; with rows in lanes that work is shared by sixteen rows, no lane crosses another, and a
+// transposed block serves up to eight activation rows. The transpose is the price: for a single
+// activation row (decoding) the one-row kernels already stream the weights near DRAM speed and
+// this one does not beat them, so ggml_linear takes it from two activation rows on
+// (dot_x16_min_activations), where it runs 1.5-2.5x faster (benchmarks/bench_quant_gemv.cpp).
+// llama.cpp gets the same effect by rewriting Q4_0 weights into interleaved rows when it loads
+// them; here the rows stay in GGUF's layout (so mapped files, offload folders and state dicts keep
+// their bytes) and the kernel transposes each block's words across the rows in registers instead.
+//
+// Q4_0 codes are unsigned nibbles (value - 8) and Q8_0 codes are stored here with their sign bit
+// flipped (value + 128), so both are VPDPBUSD's unsigned operand against the signed Q8_0
+// activation; the offset comes back out exactly, in integers, from the activation block's sum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "accel/core/errors.hpp"
+
+#include "accel/core/simd_arch.hpp"
+#include "accel/io/ggml_blocks.hpp"
+#include "accel/io/ggml_types.hpp"
+#include "accel/quant/ggml_dot.hpp"
+
+#if ACCEL_SIMD_X86
+#include <immintrin.h>
+#endif
+
+namespace accel::quant {
+
+/// Weight rows per call of vec_dot_x16, and activation rows per pass over them.
+inline constexpr std::size_t dot_x16_rows = 16;
+inline constexpr int dot_x16_activations = 8;
+
+/// The batch from which ggml_linear prefers vec_dot_x16 to the one-row kernels.
+inline constexpr std::size_t dot_x16_min_activations = 2;
+
+template <class Arch>
+constexpr bool has_dot_x16(const Arch&, GgmlType t) noexcept {
+#if ACCEL_SIMD_X86
+  if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) return t == GgmlType::q8_0 || t == GgmlType::q4_0;
+#endif
+  (void)t;
+  return false;
+}
+
+#if ACCEL_SIMD_X86
+namespace detail {
+
+/// Words j = 0..3 of the 16 bytes at p + i * stride for rows i = 0..15: out[j], lane i. Four
+/// 128-bit loads per register and a 4 x 4 transpose inside each 128-bit lane (a gather does the
+/// same in one instruction but takes several times longer on AMD's cores).
+ACCEL_TARGET_AVX512_VNNI inline void transpose_x16(const std::byte* p, std::size_t stride, __m512i out[4]) noexcept {
+  const auto row = [&](std::size_t i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * stride)); };
+  __m512i z[4];  // z[a], 128-bit lane l: row a + 4l
+  for (std::size_t a = 0; a < 4; ++a) {
+    __m512i v = _mm512_castsi128_si512(row(a));
+    v = _mm512_inserti32x4(v, row(a + 4), 1);
+    v = _mm512_inserti32x4(v, row(a + 8), 2);
+    z[a] = _mm512_inserti32x4(v, row(a + 12), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/// R activation rows against the 16 weight rows at w (row i at w + i * row_bytes).
+template <int R, bool Q4>
+ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4(std::size_t n, const std::byte* w, std::size_t row_bytes,
+                                                   const ActivationRow* const* x, float* out) noexcept {
+  constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
+  constexpr int offset = Q4 ? 8 : 128;
+  const __m512i low = _mm512_set1_epi8(0x0F), sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[R];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const std::byte* p = w + b * block;
+    // The next sixteen rows, into L2: sixteen short streams at once are more than the hardware
+    // prefetchers follow (rows of 1-2 KiB streamed from DRAM ran at half speed without this).
+    if (b % 2 == 0) {
+#pragma GCC unroll 16
+      for (std::size_t i = 0; i < 16; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + (16 + i) * row_bytes), _MM_HINT_T1);
+    }
+    __m512i head[4];  // head[0]: each row's first word, its scale in the low half
+    transpose_x16(p, row_bytes, head);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0]));
+    __m512i q[8];  // q[j]: elements 4j..4j+3 of each row, unsigned
+    if constexpr (Q4) {
+      // Byte j holds element j (low nibble) and element j + 16 (high nibble).
+      transpose_x16(p + 2, row_bytes, q);
+      #pragma GCC unroll 8
+      for (int j = 0; j < 4; ++j) {
+        q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q[j], 4), low);
+        q[j] = _mm512_and_si512(q[j], low);
+      }
+    } else {
+      transpose_x16(p + 2, row_bytes, q);
+      transpose_x16(p + 18, row_bytes, q + 4);
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) q[j] = _mm512_xor_si512(q[j], sign);
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      std::int32_t xw[8];
+      std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
+      __m512i s = _mm512_set1_epi32(-offset * x[r]->q8_0_sums[b]);
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, q[j], _mm512_set1_epi32(xw[j]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
+}
+
+}  // namespace detail
+#endif
+
+/// The 16 weight rows of type `t` at w, w + row_bytes, ... (n elements each) times `count`
+/// activation rows: out[j * 16 + i] = vec_dot(arch, t, n, w + i * row_bytes, *x[j]). Requires
+/// has_dot_x16(arch, t); the integer sums are exact, so results match vec_dot up to the order of
+/// the float accumulation.
+template <class Arch>
+void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, std::size_t row_bytes,
+                 const ActivationRow* const* x, std::size_t count, float* out) {
+#if ACCEL_SIMD_X86
+  if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
+    if (has_dot_x16(arch, t)) {
+      detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
+        constexpr int R = decltype(r)::value;
+        if (t == GgmlType::q4_0) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
+        else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
+      }, x, count, out, dot_x16_rows);
+      return;
+    }
+  }
+#endif
+  (void)arch, (void)n, (void)w, (void)row_bytes, (void)x, (void)count, (void)out;
+  throw DTypeError("vec_dot_x16: no 16-row kernel for " + std::string(io::ggml_type_name(t)));
+}
+
+}  // namespace accel::quant
