@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/io/gguf.hpp"
+#include "accel/io/ggml_blocks.hpp"
 #include "accel/io/ggml_dequantize.hpp"
 #include "../file_bytes.hpp"
 #include "../temp_dir.hpp"
@@ -274,6 +275,25 @@ TEST_CASE("ggml type table: block sizes, row bytes and names", "[io][gguf]") {
   CHECK(find_ggml_type(1000) == nullptr);
   CHECK(ggml_type_of(DType::bf16) == GgmlType::bf16);
   CHECK_FALSE(ggml_type_of(DType::u8));
+}
+
+TEST_CASE("k4_scales_mins unpacks what k4_scale_min does, for every byte pattern", "[io][gguf]") {
+  // Every value of each byte position, with the other eleven bytes varying.
+  std::uint8_t s[12];
+  for (int pos = 0; pos < 12; ++pos) {
+    for (int v = 0; v < 256; ++v) {
+      for (int i = 0; i < 12; ++i) s[i] = static_cast<std::uint8_t>((i * 89 + v * 37 + pos * 11) & 0xFF);
+      s[pos] = static_cast<std::uint8_t>(v);
+      std::uint8_t sc[8], mn[8];
+      io::k4_scales_mins(s, sc, mn);
+      for (int j = 0; j < 8; ++j) {
+        std::uint8_t want_sc, want_mn;
+        io::k4_scale_min(j, s, want_sc, want_mn);
+        REQUIRE(sc[j] == want_sc);
+        REQUIRE(mn[j] == want_mn);
+      }
+    }
+  }
 }
 
 TEST_CASE("GGUF extents whose product overflows with zeros counted as 1 are refused", "[io][gguf]") {

@@ -4,6 +4,7 @@
 //   ggml_block_t<GgmlType::q4_k>      the struct of a type (compile-time lookup)
 //   f16_scale(bits)                   a block's f16 scale as float (exact)
 //   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
+//   k4_scales_mins(scales, sc, mn)    all eight of each at once, four per 32-bit word
 //   iq4nl_value(i)                    IQ4_NL's / IQ4_XS's code book
 //   load_le32(p)                      four bytes as a little-endian word (one load where it can be)
 //
@@ -13,6 +14,7 @@
 // "general.alignment" 1 may start a tensor at an odd address.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -128,6 +130,19 @@ ACCEL_HOST_DEVICE inline void k4_scale_min(int j, const std::uint8_t* s, std::ui
     sc = static_cast<std::uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
     mn = static_cast<std::uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
   }
+}
+
+/// k4_scale_min for j = 0..7 at once, word-parallel (for the CPU kernels' inner loops): the 12
+/// bytes as three words, each byte's two high bits moved up in one shift and mask per word.
+inline void k4_scales_mins(const std::uint8_t* s, std::uint8_t sc[8], std::uint8_t mn[8]) noexcept {
+  static_assert(std::endian::native == std::endian::little, "the words hold bytes 0..3 low to high");
+  constexpr std::uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  std::uint32_t q[3];
+  std::memcpy(q, s, 12);
+  const std::uint32_t scales[2] = {q[0] & low6, (q[2] & low4) | (((q[0] >> 6) & low2) << 4)};
+  const std::uint32_t mins[2] = {q[1] & low6, ((q[2] >> 4) & low4) | (((q[1] >> 6) & low2) << 4)};
+  std::memcpy(sc, scales, 8);
+  std::memcpy(mn, mins, 8);
 }
 
 /// Four bytes at p as a little-endian word. On a GPU a 4-byte aligned p is one load (byte loads

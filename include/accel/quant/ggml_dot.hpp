@@ -233,12 +233,14 @@ template <int R, bool Q4>
 }
 
 /// Q4_K for up to four activation rows, each super-block's scales and nibbles decoded once
-/// (dot_q4_k is this with one row).
+/// (dot_q4_k is this with one row). Per 32-weight group: VPMADDUBSW of the nibbles with the
+/// activation, then VPDPWSSD of those 16-bit pair sums with the group's scale; the mins go against
+/// the activation's 16-element sums in one VPMADDWD.
 template <int R>
 [[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_q4_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
-                                                   float* out) noexcept {
+                                                            float* out) noexcept {
   float acc[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = 0;
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (std::size_t b = 0; b < n / 256; ++b) {
@@ -246,39 +248,45 @@ template <int R>
     std::uint16_t d, dmin;
     std::memcpy(&d, blk, 2);
     std::memcpy(&dmin, blk + 2, 2);
-    const auto* scales = reinterpret_cast<const std::uint8_t*>(blk + 4);
     const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + 16);
     std::uint8_t sc[8], mn[8];
-    for (int g = 0; g < 8; ++g) io::k4_scale_min(g, scales, sc[g], mn[g]);
-    __m256i lo[4], hi[4];
-    #pragma GCC unroll 8
+    io::k4_scales_mins(reinterpret_cast<const std::uint8_t*>(blk + 4), sc, mn);
+    std::uint64_t mn_word;
+    std::memcpy(&mn_word, mn, 8);
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn_word)));
+    __m256i lo[4], hi[4], scale[8];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
       lo[j] = _mm256_and_si256(q, low);
       hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
     }
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) scale[g] = _mm256_set1_epi16(sc[g]);
     const float fd = _cvtsh_ss(d), fdmin = _cvtsh_ss(dmin);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const auto& a = x[r]->q8_k[b];
       __m256i sumi = _mm256_setzero_si256();
-      int summ = 0;
-      #pragma GCC unroll 8
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j));
         const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j + 32));
-        const __m256i d0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[j], x0);
-        const __m256i d1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi[j], x1);
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_mullo_epi32(d0, _mm256_set1_epi32(sc[2 * j])),
-                                                       _mm256_mullo_epi32(d1, _mm256_set1_epi32(sc[2 * j + 1]))));
-        summ += mn[2 * j] * (a.bsums[4 * j] + a.bsums[4 * j + 1]) + mn[2 * j + 1] * (a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
+        sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(lo[j], x0), scale[2 * j]);
+        sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(hi[j], x1), scale[2 * j + 1]);
       }
+      // Each group's two 16-element sums, then against its min.
+      const __m128i bs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums));
+      const __m128i bs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8));
+      const __m128i m = _mm_madd_epi16(mins, _mm_hadd_epi16(bs0, bs1));
+      const __m128i m2 = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+      const int summ = _mm_cvtsi128_si32(_mm_add_epi32(m2, _mm_shuffle_epi32(m2, 1)));
       // Explicit FMAs: contraction left to the compiler differs between the unrolled batch sizes,
       // and a batch must give each row's single-row result bit for bit.
       acc[r] = std::fma(a.d, std::fma(fd, static_cast<float>(hsum_i32(sumi)), -(fdmin * static_cast<float>(summ))), acc[r]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
