@@ -251,9 +251,11 @@ template <int R>
     const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + 16);
     std::uint8_t sc[8], mn[8];
     io::k4_scales_mins(reinterpret_cast<const std::uint8_t*>(blk + 4), sc, mn);
-    std::uint64_t mn_word;
+    std::uint64_t mn_word, sc_word;
     std::memcpy(&mn_word, mn, 8);
+    std::memcpy(&sc_word, sc, 8);
     const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn_word)));
+    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc_word))));
     __m256i lo[4], hi[4], scale[8];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
@@ -262,7 +264,7 @@ template <int R>
       hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
     }
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) scale[g] = _mm256_set1_epi16(sc[g]);
+    for (int g = 0; g < 8; ++g) scale[g] = _mm256_permutexvar_epi16(_mm256_set1_epi16(static_cast<short>(g)), sc16);
     const float fd = _cvtsh_ss(d), fdmin = _cvtsh_ss(dmin);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -284,6 +286,63 @@ template <int R>
       // Explicit FMAs: contraction left to the compiler differs between the unrolled batch sizes,
       // and a batch must give each row's single-row result bit for bit.
       acc[r] = std::fma(a.d, std::fma(fd, static_cast<float>(hsum_i32(sumi)), -(fdmin * static_cast<float>(summ))), acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
+}
+
+/// Q6_K for up to four activation rows, each super-block's six-bit codes decoded once (dot_q6_k
+/// is this with one row). The codes are unsigned (value + 32): VPMADDUBSW against the activation,
+/// VPDPWSSD with the two 16-element groups' scales, and the offset in one VPMADDWD of the scales
+/// with the activation's 16-element sums.
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_q6_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                            float* out) noexcept {
+  float acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
+    const std::uint8_t* ql = blk;
+    const std::uint8_t* qh = blk + 128;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(blk + 192);
+    std::uint16_t d;
+    std::memcpy(&d, blk + 208, 2);
+    __m256i u[8], scale[8];  // u[4h + k]: elements 128h + 32k .. + 31
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+      u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+      u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+      u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+      u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+    }
+    // Elements 32i .. 32i + 31 span groups 2i (low 128 bits of a VPMADDUBSW result) and 2i + 1.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      scale[i] = _mm256_permutexvar_epi16(_mm256_set_m128i(_mm_set1_epi16(static_cast<short>(2 * i + 1)),
+                                                           _mm_set1_epi16(static_cast<short>(2 * i))), sc16);
+    }
+    const float fd = _cvtsh_ss(d);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const auto& a = x[r]->q8_k[b];
+      __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * i));
+        sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(u[i], xv), scale[i]);
+      }
+      const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums)));
+      acc[r] = std::fma(a.d * fd, static_cast<float>(hsum_i32(sumi) - 32 * hsum_i32(offset)), acc[r]);
     }
   }
 #pragma GCC unroll 8
@@ -333,44 +392,8 @@ ACCEL_TARGET_AVX512_VNNI inline float dot_q4_k(simd::requires_arch<simd::avx512_
 
 ACCEL_TARGET_AVX512_VNNI inline float dot_q6_k(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
                                                const ActivationRow& x) noexcept {
-  float acc = 0;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-  for (std::size_t b = 0; b < n / 256; ++b) {
-    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
-    const std::uint8_t* ql = blk;
-    const std::uint8_t* qh = blk + 128;
-    const auto* sc = reinterpret_cast<const std::int8_t*>(blk + 192);
-    std::uint16_t d;
-    std::memcpy(&d, blk + 208, 2);
-    const auto& a = x.q8_k[b];
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-      const __m256i u[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4)),
-      };
-      for (int k = 0; k < 4; ++k) {
-        const int g = 8 * h + 2 * k;  // the two groups of 16 these 32 elements span
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 128 * h + 32 * k));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u[k], xv);
-        const __m256i s = _mm256_setr_epi32(sc[g], sc[g], sc[g], sc[g], sc[g + 1], sc[g + 1], sc[g + 1], sc[g + 1]);
-        sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, s));
-      }
-    }
-    int offset = 0;
-    for (int g = 0; g < 16; ++g) offset += sc[g] * a.bsums[g];
-    acc += a.d * _cvtsh_ss(d) * static_cast<float>(detail::hsum_i32(sumi) - 32 * offset);
-  }
-  return acc;
+  return detail::one_row<detail::dot_q6_k_rows<1>>(n, w, x);
 }
-
 
 #endif  // ACCEL_SIMD_X86
 
@@ -388,17 +411,18 @@ float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, c
   throw DTypeError("vec_dot: no integer kernel for " + std::string(io::ggml_type_name(t)));
 }
 
-/// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): Q8_0,
-/// Q4_0 and Q4_K on VNNI decode each block once for up to four rows at a time; the rest call vec_dot.
+/// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): on VNNI
+/// each block is decoded once for up to four rows at a time; the portable kernels call vec_dot.
 template <class Arch>
 void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow* const* x,
                   std::size_t count, float* out) {
 #if ACCEL_SIMD_X86
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
-    if (t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k) {
+    if (has_quantized_dot(t)) {
       detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
-        if (t == GgmlType::q4_k) detail::dot_q4_k_rows<R>(n, w, xs, o);
+        if (t == GgmlType::q6_k) detail::dot_q6_k_rows<R>(n, w, xs, o);
+        else if (t == GgmlType::q4_k) detail::dot_q4_k_rows<R>(n, w, xs, o);
         else if (t == GgmlType::q4_0) detail::dot_q8_q4_rows<R, true>(n, w, xs, o);
         else detail::dot_q8_q4_rows<R, false>(n, w, xs, o);
       }, x, count, out);
