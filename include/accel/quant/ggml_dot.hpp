@@ -232,6 +232,19 @@ template <int R, bool Q4>
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
+/// A K-type super-block's integer dot product: its eight 32-element runs of unsigned codes `u`
+/// against the Q8_K activation `xq` (VPMADDUBSW), each run's 16-bit pair sums times its scale
+/// vector (VPDPWSSD), summed in eight int32 lanes.
+ACCEL_TARGET_AVX512_VNNI inline __m256i scaled_dot_k(const __m256i* u, const __m256i* scale, const std::int8_t* xq) noexcept {
+  __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * i));
+    sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(u[i], xv), scale[i]);
+  }
+  return sumi;
+}
+
 /// Q4_K for up to four activation rows, each super-block's scales and nibbles decoded once
 /// (dot_q4_k is this with one row). Per 32-weight group: VPMADDUBSW of the nibbles with the
 /// activation, then VPDPWSSD of those 16-bit pair sums with the group's scale; the mins go against
@@ -256,12 +269,12 @@ template <int R>
     std::memcpy(&sc_word, sc, 8);
     const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn_word)));
     const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc_word))));
-    __m256i lo[4], hi[4], scale[8];
+    __m256i u[8], scale[8];  // u[2j]: the low nibbles of bytes 32j.., u[2j + 1]: their high nibbles
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
-      lo[j] = _mm256_and_si256(q, low);
-      hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+      u[2 * j] = _mm256_and_si256(q, low);
+      u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
     }
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) scale[g] = _mm256_permutexvar_epi16(_mm256_set1_epi16(static_cast<short>(g)), sc16);
@@ -269,14 +282,7 @@ template <int R>
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const auto& a = x[r]->q8_k[b];
-      __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j));
-        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 64 * j + 32));
-        sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(lo[j], x0), scale[2 * j]);
-        sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(hi[j], x1), scale[2 * j + 1]);
-      }
+      const __m256i sumi = scaled_dot_k(u, scale, a.qs);
       // Each group's two 16-element sums, then against its min.
       const __m128i bs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums));
       const __m128i bs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8));
@@ -335,12 +341,7 @@ template <int R>
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const auto& a = x[r]->q8_k[b];
-      __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * i));
-        sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(u[i], xv), scale[i]);
-      }
+      const __m256i sumi = scaled_dot_k(u, scale, a.qs);
       const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums)));
       acc[r] = std::fma(a.d * fd, static_cast<float>(hsum_i32(sumi) - 32 * hsum_i32(offset)), acc[r]);
     }
