@@ -46,7 +46,7 @@ struct GGUFQuantizationConfig {
   DType compute_dtype = DType::bf16;
   /// Quantize a float checkpoint on load to this block type (Q8_0, Q4_0 or Q4_K); nullopt: the
   /// checkpoint is a GGUF file, read as stored.
-  std::optional<GgmlType> quant_type;
+  std::optional<GgmlType> quant_type = std::nullopt;
 
   /// {"quant_method": "gguf", "compute_dtype": "bfloat16"[, "quant_type": "Q4_K"]}
   nlohmann::json to_json() const {

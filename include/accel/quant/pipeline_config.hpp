@@ -33,10 +33,10 @@
 namespace accel::quant {
 
 struct PipelineQuantizationConfig {
-  std::optional<std::string> quant_backend;
+  std::optional<std::string> quant_backend = std::nullopt;
   nlohmann::json quant_kwargs = nlohmann::json::object();
   /// The components quant_backend applies to; nullopt: all.
-  std::optional<std::vector<std::string>> components_to_quantize;
+  std::optional<std::vector<std::string>> components_to_quantize = std::nullopt;
   /// component -> its quantization_config JSON (instead of quant_backend).
   std::map<std::string, nlohmann::json> quant_mapping;
 

@@ -19,7 +19,7 @@ struct QuantoConfig {
   /// "float8", "int8", "int4" or "int2".
   std::string weights_dtype = "int8";
   /// Modules kept in float (nullopt: the output head and tied modules).
-  std::optional<std::vector<std::string>> modules_to_not_convert;
+  std::optional<std::vector<std::string>> modules_to_not_convert = std::nullopt;
 
   /// The scheme of weights_dtype; ValueError listing the allowed ones.
   AffineScheme scheme() const {

@@ -18,7 +18,7 @@ namespace accel::quant {
 struct TorchAoConfig {
   std::string quant_type = "int8wo";
   /// Modules kept in float (nullopt: the output head and tied modules).
-  std::optional<std::vector<std::string>> modules_to_not_convert;
+  std::optional<std::vector<std::string>> modules_to_not_convert = std::nullopt;
   /// The quantization function's keyword arguments: {"group_size": N} for int4wo.
   nlohmann::json quant_type_kwargs = nlohmann::json::object();
 
