@@ -38,7 +38,7 @@ struct PipelineQuantizationConfig {
   /// The components quant_backend applies to; nullopt: all.
   std::optional<std::vector<std::string>> components_to_quantize = std::nullopt;
   /// component -> its quantization_config JSON (instead of quant_backend).
-  std::map<std::string, nlohmann::json> quant_mapping;
+  std::map<std::string, nlohmann::json> quant_mapping = {};
 
   static std::vector<std::string> backends() { return {"bitsandbytes_4bit", "bitsandbytes_8bit", "gguf", "quanto", "torchao"}; }
 
