@@ -199,7 +199,7 @@ template <int R, bool Q4>
   const std::int8_t* xq[R];
   const std::int32_t* xsum[R];
   const float* xd[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm256_setzero_ps();
     xq[r] = x[r]->q8_0.data()->qs;
@@ -219,7 +219,7 @@ template <int R, bool Q4>
       q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
     }
     const __m256i uq = Q4 ? q : _mm256_sign_epi8(q, q);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * sizeof(io::block_q8_0)));
       // Q4_0's codes are value + 8: the offset comes out in integers, from lane 0's start.
@@ -228,7 +228,7 @@ template <int R, bool Q4>
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xd[r][b]), acc[r]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 

@@ -89,7 +89,7 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4(std::size_t n, const std::byt
   constexpr int offset = Q4 ? 8 : 128;
   const __m512i low = _mm512_set1_epi8(0x0F), sign = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::size_t b = 0; b < n / 32; ++b) {
     const std::byte* p = w + b * block;
@@ -106,7 +106,7 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4(std::size_t n, const std::byt
     if constexpr (Q4) {
       // Byte j holds element j (low nibble) and element j + 16 (high nibble).
       transpose_x16(p + 2, row_bytes, q);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < 4; ++j) {
         q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q[j], 4), low);
         q[j] = _mm512_and_si512(q[j], low);
@@ -114,20 +114,20 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4(std::size_t n, const std::byt
     } else {
       transpose_x16(p + 2, row_bytes, q);
       transpose_x16(p + 18, row_bytes, q + 4);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) q[j] = _mm512_xor_si512(q[j], sign);
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       std::int32_t xw[8];
       std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
       __m512i s = _mm512_set1_epi32(-offset * x[r]->q8_0_sums[b]);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, q[j], _mm512_set1_epi32(xw[j]));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
 }
 
