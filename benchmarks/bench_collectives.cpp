@@ -11,12 +11,15 @@
 // barrier and the end of its call; each row prints the median of N repetitions (accel and raw
 // alternate, first one then the other, so drift falls on both). GB/s is size / time (the
 // algorithm bandwidth of nccl-tests). "overhead" is accel's median over raw's, minus one; the claim
-// is <= 5% from 1 MiB up. Three extra columns tell where a difference comes from:
-//   reduce: "alloc+Allreduce" allocates the result as accel does and reduces into it with the
-//           blocking call, "Iallreduce+Wait" is the non-blocking call accel makes, waited for by
+// is <= 5% from 1 MiB up. Each variant receives into a buffer of its own (accel's results come
+// from its recycled blocks, dist/result_pool.hpp). Three extra columns tell where a difference
+// comes from:
+//   reduce: "alloc+Allreduce" allocates a fresh result and reduces into it with the blocking call,
+//           "Iallreduce+Wait" is the non-blocking call accel makes, with the algorithm accel chose
+//           for the size (dist/mpi_tuning.hpp: Open MPI's ring from 256 KiB), waited for by
 //           MPI_Wait instead of accel's polling, and "group op" accel's MpiGroup call alone
 //           (non-blocking call and polling, no allocation);
-//   gather: "alloc+Allgather" allocates the result as accel does, the other two as above; and
+//   gather: "alloc+Allgather" allocates a fresh result, the other two as above; and
 //           "into buffer" is all_gather_into_tensor into a buffer kept across calls, as the raw
 //           call's is, with its overhead over raw.
 // Alone (one process) it says it needs mpirun and exits 0; without MPI it says so.
@@ -100,7 +103,9 @@ void bench_reduce(const State& state, int reps, bool main) {
   for (std::size_t bytes = 4u << 10; bytes <= (64u << 20); bytes *= 4) {
     const auto n = static_cast<std::int64_t>(bytes / 4);
     const Tensor t = Tensor::full(Shape{n}, 1.0);
-    Tensor recv = Tensor::zeros(Shape{n});
+    // Each variant receives into a buffer of its own: sharing one would leave it in the cache for
+    // the next variant that uses it (15% at 16 MiB) and favour those.
+    Tensor recv = Tensor::zeros(Shape{n}), recv_nb = Tensor::zeros(Shape{n}), recv_group = Tensor::zeros(Shape{n});
     const auto m = medians(
         {[&] { keep(accel::dist::reduce(state, t, "sum")); },
          [&] {
@@ -113,11 +118,12 @@ void bench_reduce(const State& state, int reps, bool main) {
          },
          [&] {
            MPI_Request req;
-           MPI_Iallreduce(t.data_ptr(), recv.data_ptr(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+           MPI_Iallreduce(t.data_ptr(), recv_nb.data_ptr(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                          &req);
            MPI_Wait(&req, MPI_STATUS_IGNORE);
          },
          [&] {
-           state.mpi_group()->all_reduce(recv.data_ptr(), static_cast<std::size_t>(n), DType::f32,
+           state.mpi_group()->all_reduce(t.data_ptr(), recv_group.data_ptr(), static_cast<std::size_t>(n), DType::f32,
                                          accel::dist::detail::MpiReduce::sum, "bench");
          }},
         reps);
@@ -140,8 +146,8 @@ void bench_gather(const State& state, int reps, bool main) {
   for (std::size_t bytes = 4u << 10; bytes <= (64u << 20); bytes *= 4) {
     const auto n = static_cast<std::int64_t>(bytes / 4);
     const Tensor t = Tensor::full(Shape{n}, 1.0);
-    Tensor recv = Tensor::zeros(Shape{n * np});
-    Tensor into = Tensor::zeros(Shape{n * np});
+    Tensor recv = Tensor::zeros(Shape{n * np}), recv_nb = Tensor::zeros(Shape{n * np});
+    Tensor recv_group = Tensor::zeros(Shape{n * np}), into = Tensor::zeros(Shape{n * np});
     const int count = static_cast<int>(bytes);
     const auto m = medians(
         {[&] { keep(accel::dist::gather(state, t)); },
@@ -153,10 +159,10 @@ void bench_gather(const State& state, int reps, bool main) {
          },
          [&] {
            MPI_Request req;
-           MPI_Iallgather(t.data_ptr(), count, MPI_BYTE, recv.data_ptr(), count, MPI_BYTE, MPI_COMM_WORLD, &req);
+           MPI_Iallgather(t.data_ptr(), count, MPI_BYTE, recv_nb.data_ptr(), count, MPI_BYTE, MPI_COMM_WORLD, &req);
            MPI_Wait(&req, MPI_STATUS_IGNORE);
          },
-         [&] { state.mpi_group()->all_gather(t.data_ptr(), bytes, recv.data_ptr(), "bench"); },
+         [&] { state.mpi_group()->all_gather(t.data_ptr(), bytes, recv_group.data_ptr(), "bench"); },
          [&] { accel::dist::all_gather_into_tensor(state, into, t); }},
         reps);
     if (main) {

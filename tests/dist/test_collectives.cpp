@@ -2,6 +2,7 @@
 // structs, tuples, maps and optionals, with 1, 2 and 3 processes; and their errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -196,6 +197,73 @@ TEST_CASE("reduce sums, averages and scales every dtype over the processes", "[d
         CHECK(values(sc[leaf]) == rounded(half, d, in[leaf].shape()));
       }
     }
+  }
+}
+
+TEST_CASE("reduce and gather recycle the blocks of results the caller dropped, never one it still holds",
+          "[dist][mpi]") {
+  const int n = world();
+  const bool recycles = state().communicates();  // started alone, collectives never reach MPI
+  dist::release_cached_results();
+  // 262,147 elements (1 MiB and a bit, not a multiple of the process count): the all-reduce takes
+  // Open MPI's ring (dist/mpi_tuning.hpp), whose segments must not lose the remainder.
+  const std::int64_t count = (std::int64_t{1} << 18) + 3;
+  const Tensor mine = Tensor::full(Shape{count}, rank() + 1.0, DType::f32);
+  const float total = static_cast<float>(n * (n + 1) / 2);
+  auto all_equal = [&](const Tensor& t, float v) {
+    const auto got = t.to_vector<float>();
+    return std::all_of(got.begin(), got.end(), [&](float x) { return x == v; });
+  };
+  Tensor first = dist::reduce(state(), mine, "sum");
+  const void* block = first.data_ptr();
+  CHECK(all_equal(first, total));
+  Tensor second = dist::reduce(state(), mine, "sum");
+  CHECK(second.data_ptr() != block);
+  CHECK(all_equal(first, total));
+  const std::size_t before_drop = accel::memory_stats(Device::cpu()).allocated_bytes;
+  first = Tensor();
+  if (recycles) {
+    // Idle, the block stays allocated (and counted) for the next result of its size.
+    CHECK(accel::memory_stats(Device::cpu()).allocated_bytes == before_drop);
+  }
+  Tensor third = dist::reduce(state(), mine, "mean");
+  if (recycles) CHECK(third.data_ptr() == block);
+  CHECK(all_equal(third, total / static_cast<float>(n)));
+  // A view keeps its block from being taken.
+  const Tensor view = third.narrow(0, 0, 4);
+  third = Tensor();
+  Tensor fourth = dist::reduce(state(), mine, "sum");
+  CHECK(fourth.data_ptr() != block);
+  CHECK(fourth.data_ptr() != second.data_ptr());
+  CHECK(all_equal(view, total / static_cast<float>(n)));
+  CHECK(all_equal(fourth, total));
+
+  Tensor gathered = dist::gather(state(), mine);
+  const void* gathered_block = gathered.data_ptr();
+  gathered = Tensor();
+  gathered = dist::gather(state(), mine);
+  if (recycles) CHECK(gathered.data_ptr() == gathered_block);
+  for (int r = 0; r < n; ++r) CHECK(all_equal(gathered.narrow(0, r * count, count), r + 1.0f));
+
+  // release_cached_results frees the idle blocks, and only those.
+  second = Tensor();
+  fourth = Tensor();
+  gathered = Tensor();
+  const std::size_t held = accel::memory_stats(Device::cpu()).allocated_bytes;
+  dist::release_cached_results();
+  const std::size_t released = held - accel::memory_stats(Device::cpu()).allocated_bytes;
+  // second's and fourth's blocks and the gather's; third's stays with its view.
+  CHECK(released == (recycles ? (2 + static_cast<std::size_t>(n)) * mine.nbytes() : 0));
+  CHECK(all_equal(view, total / static_cast<float>(n)));
+
+  // Under a CPU budget nothing idle is kept.
+  {
+    const accel::ScopedMemoryLimit budget(Device::cpu(), std::size_t{1} << 40);
+    const std::size_t start = accel::memory_stats(Device::cpu()).allocated_bytes;
+    Tensor r = dist::reduce(state(), mine, "sum");
+    CHECK(all_equal(r, total));
+    r = Tensor();
+    CHECK(accel::memory_stats(Device::cpu()).allocated_bytes == start);
   }
 }
 

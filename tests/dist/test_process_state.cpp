@@ -2,10 +2,14 @@
 // collectives, save and extract_model_from_parallel.
 #include <catch2/catch.hpp>
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +58,35 @@ TEST_CASE("PartialState<multi_cpu<mpi>> is the run mpirun started, or a world of
   CHECK(again.timeout() == std::chrono::seconds(120));
   CHECK(again.process_index() == s.process_index());
   s.wait_for_everyone();
+}
+
+TEST_CASE("several CPU processes of a node share its cores unless OMP_NUM_THREADS says otherwise", "[dist]") {
+  const int before = accel::num_threads();
+  const auto omp = accel::get_env("OMP_NUM_THREADS");
+  if (omp && world() > 1) CHECK(before == std::stoi(*omp));  // the launcher's setting is kept
+  ::unsetenv("OMP_NUM_THREADS");
+  const int cores = accel::physical_cores();
+  CHECK(cores >= 1);
+  CHECK(cores <= static_cast<int>(std::max(std::thread::hardware_concurrency(), 1u)));
+  for (const int local : {1, 2, 3, 64}) {
+    CAPTURE(local, cores, accel::affinity_cpus());
+    accel::dist::detail::share_cpu_threads(local);
+    const int want = std::min(accel::affinity_cpus(), std::max(cores / local, 1));
+#if defined(_OPENMP)
+    CHECK(accel::num_threads() == want);
+#else
+    CHECK(accel::num_threads() == 1);
+#endif
+  }
+  ::setenv("MKL_NUM_THREADS", "7", 1);
+  accel::set_num_threads(5);
+  accel::dist::detail::share_cpu_threads(2);
+#if defined(_OPENMP)
+  CHECK(accel::num_threads() == 5);
+#endif
+  ::unsetenv("MKL_NUM_THREADS");
+  if (omp) ::setenv("OMP_NUM_THREADS", omp->c_str(), 1);
+  accel::set_num_threads(before);
 }
 
 TEST_CASE("a policy bundle names the state's implementation", "[dist][mpi]") {

@@ -39,8 +39,10 @@
 //   ranks that differ across processes are a ShapeError on every process, in and out of debug mode.
 // - gather of a zero-dimensional tensor gives a 1-d tensor of num_processes values whenever a group
 //   is joined (Accelerate: only for several processes).
-// - all_gather_into_tensor is torch.distributed's (Accelerate has none): a loop that gathers the
-//   same shapes again keeps its buffer instead of paying a fresh result's first-touch page faults.
+// - reduce and gather return new tensors, but over MPI their host blocks come from the results of
+//   earlier calls that the caller has dropped (dist/result_pool.hpp; not under a CPU budget): a
+//   loop pays no first-touch page faults. release_cached_results() frees the idle blocks.
+// - all_gather_into_tensor is torch.distributed's (Accelerate has none): into the caller's buffer.
 // - gather_object concatenates when each process passes a sequence (Accelerate's flattening) and
 //   otherwise returns one object per process (Accelerate fails on non-lists). broadcast_object_list
 //   resizes the receivers' sequence to the sender's length (torch requires equal lengths).
@@ -48,6 +50,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -62,6 +65,7 @@
 #include "accel/dist/mpi.hpp"
 #include "accel/dist/nccl.hpp"
 #include "accel/dist/partial_state.hpp"
+#include "accel/dist/result_pool.hpp"
 #include "accel/dist/serialize.hpp"
 #include "accel/dist/verify.hpp"
 #include "accel/nested/recursively_apply.hpp"
@@ -152,27 +156,32 @@ void broadcast_raw(const PartialState<D>& state, Route r, const Tensor& buf, int
   }
 }
 
-/// Divides by `divisor` (when above 1), then multiplies by `scale` (when not 1), in place: a
-/// contiguous CPU tensor of f32 or f64.
-inline void divide_and_scale(Tensor& t, int divisor, double scale) {
-  auto run = [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    const std::int64_t n = t.numel();
+/// dst := src divided by `divisor` (when above 1), then multiplied by `scale` (when not 1), in one
+/// pass: contiguous CPU tensors of f32 or f64 with src's element count; src may be dst.
+inline void divide_and_scale(const Tensor& src, Tensor& dst, int divisor, double scale) {
+  if (divisor <= 1 && scale == 1.0) {
+    if (src.data_ptr() != dst.data_ptr()) std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+    return;
+  }
+  auto run = [&](const auto* in, auto* out) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(out)>>;
+    const std::int64_t n = src.numel();
     const T d = static_cast<T>(divisor);
     const T s = static_cast<T>(scale);
-    if (divisor > 1) {
-      for (std::int64_t i = 0; i < n; ++i) p[i] /= d;
-    }
-    if (scale != 1.0) {
-      for (std::int64_t i = 0; i < n; ++i) p[i] *= s;
+    for (std::int64_t i = 0; i < n; ++i) {
+      T v = in[i];
+      if (divisor > 1) v /= d;
+      if (scale != 1.0) v *= s;
+      out[i] = v;
     }
   };
-  if (t.dtype() == DType::f64) {
-    run(t.data_ptr<double>());
+  if (src.dtype() == DType::f64) {
+    run(src.data_ptr<double>(), dst.data_ptr<double>());
   } else {
-    run(t.data_ptr<float>());
+    run(src.data_ptr<float>(), dst.data_ptr<float>());
   }
 }
+inline void divide_and_scale(Tensor& t, int divisor, double scale) { divide_and_scale(t, t, divisor, scale); }
 
 /// The dtype a CPU reduction runs in: f32 for the floats MPI has no type for.
 inline DType mpi_working_dtype(DType d) {
@@ -227,15 +236,20 @@ Tensor reduce_one(const PartialState<D>& state, const Tensor& t, Reduction how, 
   }
   const Tensor host = t.is_cpu() ? t : t.to(Device::cpu());
   const DType work = mpi_working_dtype(t.dtype());
-  // The input is read where it lies when it can be: a copy first would cost a pass over it.
-  const bool direct = r == Route::mpi && work == t.dtype() && host.is_contiguous();
-  Tensor buf = direct ? Tensor::empty(host.shape(), work, Device::cpu())
-                      : work == t.dtype() ? host.clone() : host.to(work).contiguous();
+  Tensor buf;
   if (r == Route::mpi) {
 #if defined(ACCEL_WITH_MPI)
-    mpi(state).all_reduce(direct ? host.data_ptr() : nullptr, buf.data_ptr(), static_cast<std::size_t>(buf.numel()), work,
+    // Out of place into a recycled block (dist/result_pool.hpp), from the input where it lies when
+    // it can be (a copy first would cost a pass over it): Open MPI's in-place non-blocking
+    // all-reduce ran at half the rate of its out-of-place one from 1 MiB up, and fresh result
+    // blocks paid a page fault per page.
+    const Tensor src = work == t.dtype() && host.is_contiguous() ? host : host.to(work).contiguous();
+    buf = result_pool().empty(host.shape(), work);
+    mpi(state).all_reduce(src.data_ptr(), buf.data_ptr(), static_cast<std::size_t>(buf.numel()), work,
                           work == DType::boolean ? MpiReduce::logical_or : MpiReduce::sum, op);
 #endif
+  } else {
+    buf = work == t.dtype() ? host.clone() : host.to(work).contiguous();
   }
   if (floating) divide_and_scale(buf, divisor, scale);
   if (work != t.dtype()) buf = buf.to(t.dtype());
@@ -250,7 +264,7 @@ Tensor gather_one(const PartialState<D>& state, const Tensor& t) {
   const Tensor in = (t.dim() == 0 ? t.reshape(Shape{1}) : t).contiguous();
   Shape shape = in.shape();
   shape[0] *= state.num_processes();
-  Tensor out = Tensor::empty(shape, in.dtype(), in.device());
+  Tensor out = r == Route::mpi ? result_pool().empty(shape, in.dtype()) : Tensor::empty(shape, in.dtype(), in.device());
   all_gather_raw(state, r, in, out, op);
   return out;
 }

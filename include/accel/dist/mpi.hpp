@@ -21,6 +21,9 @@
 // - The wait tests for up to 20 ms while the node's processes have a core each (Open MPI moves a
 //   transfer on only inside MPI_Test), then yields, then sleeps in short steps; processes that
 //   outnumber the cores (mpirun --oversubscribe) yield at once and still let each other run.
+// - All-reduces of 256 KiB and more ask Open MPI's non-blocking collectives for their ring
+//   algorithm (dist/mpi_tuning.hpp): for fewer than four processes libnbc would take a binomial
+//   tree at half the rate.
 // - Byte counts above what an MPI int holds are sent in chunks of 1 GiB.
 // - MPI is initialized with MPI_THREAD_SERIALIZED: collectives may come from any thread, one at a
 //   time. A program that called MPI_Init itself keeps it, and finalizes it itself.
@@ -38,6 +41,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -45,6 +49,7 @@
 
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/dist/mpi_tuning.hpp"
 
 namespace accel::dist::detail {
 
@@ -78,6 +83,7 @@ class MpiGroup {
       return;
     }
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    tuning_.reset();
     if (owns_init_) {
       int fin = 0;
       MPI_Finalized(&fin);
@@ -235,6 +241,7 @@ class MpiGroup {
       const std::size_t n = std::min(per_chunk, count - off);
       MPI_Request req;
       const void* in = send ? static_cast<const char*>(send) + off * item : MPI_IN_PLACE;
+      if (tuning_) tuning_->prepare(n * item);
       check(MPI_Iallreduce(in, p + off * item, static_cast<int>(n), type, mop, comm_, &req), op, "MPI_Iallreduce");
       wait(req, op);
     }
@@ -283,6 +290,7 @@ class MpiGroup {
     MPI_Comm_rank(node, &local_rank_);
     MPI_Comm_size(node, &local_size_);
     MPI_Comm_free(&node);
+    tuning_.emplace();
     const unsigned cores = std::thread::hardware_concurrency();
     if (cores != 0 && static_cast<unsigned>(local_size_) <= cores) spin_budget_ = std::chrono::milliseconds(20);
   }
@@ -338,6 +346,7 @@ class MpiGroup {
   bool broken_ = false;
   /// How long a wait keeps testing before it yields (0: yield at once).
   std::chrono::steady_clock::duration spin_budget_{};
+  std::optional<NbcAllreduceTuning> tuning_;
 };
 
 }  // namespace accel::dist::detail
