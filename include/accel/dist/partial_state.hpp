@@ -136,10 +136,14 @@ constexpr std::string_view policy_backend() {
 /// start a thread per CPU in every process, and on a node where the processes outnumber the cores
 /// their kernels' barriers wait for descheduled threads (a bucketed gradient all-reduce of 64 MiB
 /// on two processes of a 2-core machine took 0.84 s with two threads each, 0.06 s with one).
-inline void share_cpu_threads(int local_size) {
+inline bool cpu_threads_set_by_user() {
   for (const char* key : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}) {
-    if (const auto v = get_env(key); v && !v->empty()) return;
+    if (const auto v = get_env(key); v && !v->empty()) return true;
   }
+  return false;
+}
+inline void share_cpu_threads(int local_size) {
+  if (cpu_threads_set_by_user()) return;
   set_num_threads(std::min(affinity_cpus(), std::max(physical_cores() / std::max(local_size, 1), 1)));
 }
 
