@@ -2,6 +2,7 @@
 //
 //   block_q4_0 ... block_q8_k, block_iq4_nl, block_iq4_xs, block_tq1_0, block_tq2_0
 //   ggml_block_t<GgmlType::q4_k>      the struct of a type (compile-time lookup)
+//   with_ggml_block(t, f)             f(integral_constant<GgmlType, t>) for a type with a struct
 //   f16_scale(bits)                   a block's f16 scale as float (exact)
 //   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
 //   k4_scales_mins(scales, sc, mn)    all eight of each at once, four per 32-bit word
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "accel/core/float_types.hpp"
 #include "accel/core/host_device.hpp"
@@ -190,6 +192,38 @@ template <> struct ggml_block<GgmlType::tq2_0> { using type = block_tq2_0; };
 /// The block struct of `T`.
 template <GgmlType T>
 using ggml_block_t = typename detail::ggml_block<T>::type;
+
+/// Calls f(std::integral_constant<GgmlType, T>{}) when `t` is a block type with a struct here
+/// (every quantized type io decodes), and returns whether it did. The one list of those types: the
+/// CPU dequantizer (io/ggml_dequantize.hpp) and the CUDA kernels (quant/cuda/ggml.cuh) dispatch
+/// through it.
+template <class F>
+bool with_ggml_block(GgmlType t, F&& f) {
+  switch (t) {
+#define ACCEL_GGML_BLOCK_CASE(T)                       \
+  case GgmlType::T:                                    \
+    f(std::integral_constant<GgmlType, GgmlType::T>{}); \
+    return true;
+    ACCEL_GGML_BLOCK_CASE(q4_0)
+    ACCEL_GGML_BLOCK_CASE(q4_1)
+    ACCEL_GGML_BLOCK_CASE(q5_0)
+    ACCEL_GGML_BLOCK_CASE(q5_1)
+    ACCEL_GGML_BLOCK_CASE(q8_0)
+    ACCEL_GGML_BLOCK_CASE(q8_1)
+    ACCEL_GGML_BLOCK_CASE(q2_k)
+    ACCEL_GGML_BLOCK_CASE(q3_k)
+    ACCEL_GGML_BLOCK_CASE(q4_k)
+    ACCEL_GGML_BLOCK_CASE(q5_k)
+    ACCEL_GGML_BLOCK_CASE(q6_k)
+    ACCEL_GGML_BLOCK_CASE(q8_k)
+    ACCEL_GGML_BLOCK_CASE(iq4_nl)
+    ACCEL_GGML_BLOCK_CASE(iq4_xs)
+    ACCEL_GGML_BLOCK_CASE(tq1_0)
+    ACCEL_GGML_BLOCK_CASE(tq2_0)
+#undef ACCEL_GGML_BLOCK_CASE
+    default: return false;
+  }
+}
 
 /// True when `Block` is exactly the file's block of `T` (size and alignment a row can promise).
 template <GgmlType T>

@@ -301,6 +301,7 @@ inline void dequantize_row(GgmlType t, const std::byte* src, float* y, std::size
   const auto& info = ggml_type_info(t);
   (void)ggml_row_nbytes(t, n);
   const std::size_t nb = n / info.block_size;
+  if (with_ggml_block(t, [&](auto type) { detail::dequantize_blocks<decltype(type)::value>(src, y, nb); })) return;
   switch (t) {
     case GgmlType::f32: detail::convert_plain<float>(src, y, n); return;
     case GgmlType::f16: detail::convert_plain<half>(src, y, n); return;
@@ -310,29 +311,7 @@ inline void dequantize_row(GgmlType t, const std::byte* src, float* y, std::size
     case GgmlType::i16: detail::convert_plain<std::int16_t>(src, y, n); return;
     case GgmlType::i32: detail::convert_plain<std::int32_t>(src, y, n); return;
     case GgmlType::i64: detail::convert_plain<std::int64_t>(src, y, n); return;
-    case GgmlType::q4_0: detail::dequantize_blocks<GgmlType::q4_0>(src, y, nb); return;
-    case GgmlType::q4_1: detail::dequantize_blocks<GgmlType::q4_1>(src, y, nb); return;
-    case GgmlType::q5_0: detail::dequantize_blocks<GgmlType::q5_0>(src, y, nb); return;
-    case GgmlType::q5_1: detail::dequantize_blocks<GgmlType::q5_1>(src, y, nb); return;
-    case GgmlType::q8_0: detail::dequantize_blocks<GgmlType::q8_0>(src, y, nb); return;
-    case GgmlType::q8_1: detail::dequantize_blocks<GgmlType::q8_1>(src, y, nb); return;
-    case GgmlType::q2_k: detail::dequantize_blocks<GgmlType::q2_k>(src, y, nb); return;
-    case GgmlType::q3_k: detail::dequantize_blocks<GgmlType::q3_k>(src, y, nb); return;
-    case GgmlType::q4_k: detail::dequantize_blocks<GgmlType::q4_k>(src, y, nb); return;
-    case GgmlType::q5_k: detail::dequantize_blocks<GgmlType::q5_k>(src, y, nb); return;
-    case GgmlType::q6_k: detail::dequantize_blocks<GgmlType::q6_k>(src, y, nb); return;
-    case GgmlType::q8_k: detail::dequantize_blocks<GgmlType::q8_k>(src, y, nb); return;
-    case GgmlType::iq4_nl: detail::dequantize_blocks<GgmlType::iq4_nl>(src, y, nb); return;
-    case GgmlType::iq4_xs: detail::dequantize_blocks<GgmlType::iq4_xs>(src, y, nb); return;
-    case GgmlType::tq1_0: detail::dequantize_blocks<GgmlType::tq1_0>(src, y, nb); return;
-    case GgmlType::tq2_0: detail::dequantize_blocks<GgmlType::tq2_0>(src, y, nb); return;
-    case GgmlType::iq2_xxs:
-    case GgmlType::iq2_xs:
-    case GgmlType::iq3_xxs:
-    case GgmlType::iq1_s:
-    case GgmlType::iq3_s:
-    case GgmlType::iq2_s:
-    case GgmlType::iq1_m: break;
+    default: break;  // the lattice IQ types
   }
   throw DTypeError("dequantizing " + std::string(info.name) +
                    " is not supported (the lattice IQ types' code-point grids are not carried); supported: "

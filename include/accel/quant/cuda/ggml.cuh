@@ -109,43 +109,13 @@ __global__ void ggml_gemv_kernel(const std::uint8_t* w, std::int64_t row_bytes, 
   gemv_store(acc, n, lane, r, out, bias, bias_dtype, y);
 }
 
-/// Calls f(block_struct_tag, qk_constant, group_constant) for a type with a device kernel; false
-/// otherwise.
-template <class F>
-bool with_ggml_block(GgmlType t, F&& f) {
-  switch (t) {
-#define ACCEL_GGML_CASE(T)                                                                      \
-  case GgmlType::T:                                                                             \
-    f(static_cast<io::ggml_block_t<GgmlType::T>*>(nullptr),                                     \
-      std::integral_constant<int, static_cast<int>(io::ggml_type_info(GgmlType::T).block_size)>{}, \
-      std::integral_constant<int, io::ggml_group_size<GgmlType::T>>{});                           \
-    return true;
-    ACCEL_GGML_CASE(q4_0)
-    ACCEL_GGML_CASE(q4_1)
-    ACCEL_GGML_CASE(q5_0)
-    ACCEL_GGML_CASE(q5_1)
-    ACCEL_GGML_CASE(q8_0)
-    ACCEL_GGML_CASE(q8_1)
-    ACCEL_GGML_CASE(q2_k)
-    ACCEL_GGML_CASE(q3_k)
-    ACCEL_GGML_CASE(q4_k)
-    ACCEL_GGML_CASE(q5_k)
-    ACCEL_GGML_CASE(q6_k)
-    ACCEL_GGML_CASE(q8_k)
-    ACCEL_GGML_CASE(iq4_nl)
-    ACCEL_GGML_CASE(iq4_xs)
-    ACCEL_GGML_CASE(tq1_0)
-    ACCEL_GGML_CASE(tq2_0)
-#undef ACCEL_GGML_CASE
-    default: return false;
-  }
-}
-
 inline bool ggml_dequantize(const Tensor& packed, std::uint32_t type, Tensor& out) {
   OpScope scope(packed.device());
   const auto* src = static_cast<const std::uint8_t*>(packed.data_ptr());
-  return with_ggml_block(static_cast<GgmlType>(type), [&](auto* tag, auto qk, auto group) {
-    using B = std::remove_pointer_t<decltype(tag)>;
+  return io::with_ggml_block(static_cast<GgmlType>(type), [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    using B = io::ggml_block_t<T>;
+    constexpr int qk = static_cast<int>(io::ggml_type_info(T).block_size), group = io::ggml_group_size<T>;
     const std::int64_t ngroups = out.numel() / group;
     ggml_dequantize_kernel<B, qk, group><<<grid_for(ngroups), block_threads, 0, scope.stream()>>>(
         src, ngroups, out.data_ptr(), out.dtype());
@@ -156,8 +126,10 @@ inline bool ggml_dequantize(const Tensor& packed, std::uint32_t type, Tensor& ou
 inline bool ggml_gemv(const Tensor& x, const Tensor& packed, std::uint32_t type, const Tensor& bias, Tensor& out) {
   OpScope scope(x.device());
   const std::int64_t n = x.size(0), in = x.size(1), rows = out.size(1);
-  return with_ggml_block(static_cast<GgmlType>(type), [&](auto* tag, auto qk, auto group) {
-    using B = std::remove_pointer_t<decltype(tag)>;
+  return io::with_ggml_block(static_cast<GgmlType>(type), [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    using B = io::ggml_block_t<T>;
+    constexpr int qk = static_cast<int>(io::ggml_type_info(T).block_size), group = io::ggml_group_size<T>;
     with_x_type(x.dtype(), [&](auto* xt) {
       using XT = std::remove_pointer_t<decltype(xt)>;
       ggml_gemv_kernel<B, qk, group, XT><<<gemv_grid(rows), 32 * gemv_warps, 0, scope.stream()>>>(
