@@ -1,7 +1,9 @@
-// Quantized GEMV (n = 1) and small GEMM (n = 16) over ggml blocks: quant::ggml_linear for Q8_0,
-// Q4_0, Q4_K and Q6_K, and bf16 through ops::linear, for m = 4096 outputs and k = 4096 and 14336,
+// Quantized GEMV (n = 1) and small GEMM (n = 16): quant::ggml_linear for Q8_0, Q4_0, Q4_K and
+// Q6_K, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8 (quant::matmul_8bit, LLM.int8 with
+// threshold 6), and bf16 through ops::linear, for m = 4096 outputs and k = 4096 and 14336,
 // next to llama.cpp's own kernels measured in the same run (test-backend-ops -o MUL_MAT -b CPU
-// perf, when --test-backend-ops gives its path), with the weight bytes each call streams.
+// perf, when --test-backend-ops gives its path; llama.cpp has no NF4 / int8 rows), with the weight
+// bytes each call streams (packed codes and their scales).
 //
 //   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--json]
 //
@@ -28,6 +30,8 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/ggml_types.hpp"
 #include "accel/ops/matmul.hpp"
+#include "accel/quant/bnb_4bit.hpp"
+#include "accel/quant/bnb_int8.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
 #include "common/json_stdout.hpp"
@@ -134,21 +138,48 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
-      {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k}, {"bf16", std::nullopt}};
+      {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
+      {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}};
   for (const int k : {4096, 14336}) {
     for (const auto& [name, type] : types) {
       const int m = 4096;
-      const Tensor w = type ? make_weights(*type, m, k, g)
-                            : Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k}).to(DType::bf16);
+      std::normal_distribution<float> wd(0.0f, 0.02f);
+      auto random_weight = [&] {
+        std::vector<float> v(std::size_t(m) * k);
+        for (auto& e : v) e = wd(g);
+        return Tensor::from_vector(v, Shape{m, k});
+      };
+      // bitsandbytes' layers as Linear4bit / Linear8bitLt run them on the CPU: NF4 (block 64)
+      // through gemv_4bit for up to 16 rows, int8 through LLM.int8's matmul_8bit (threshold 6).
+      std::optional<quant::Bnb4bitWeight> nf4;
+      std::optional<quant::Int8Weight> int8;
+      Tensor w;
+      std::size_t weight_bytes = 0;
+      if (type) {
+        w = make_weights(*type, m, k, g);
+        weight_bytes = w.nbytes();
+      } else if (name == "nf4") {
+        nf4 = quant::quantize_4bit(random_weight(), {.quant_type = quant::BnbQuantType::nf4});
+        weight_bytes = nf4->packed.nbytes() + nf4->state.absmax.nbytes();
+      } else if (name == "int8") {
+        int8 = quant::quantize_int8_weight(random_weight());
+        weight_bytes = int8->CB.nbytes() + int8->SCB.nbytes();
+      } else {
+        w = Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k}).to(DType::bf16);
+        weight_bytes = w.nbytes();
+      }
       for (const int n : {1, 16}) {
         std::vector<float> xs(std::size_t(n) * k);
         std::normal_distribution<float> nd;
         for (auto& v : xs) v = nd(g);
         const Tensor x = Tensor::from_vector(xs, Shape{n, k});
         const Tensor xb = x.to(DType::bf16);
-        const double us = type ? median_us(a.reps, [&] { (void)quant::ggml_linear(x, w, *type, k, m); })
-                               : median_us(a.reps, [&] { (void)ops::linear(xb, w); });
-        rows.push_back({name, m, n, k, us, double(w.nbytes()) / (us * 1e3), 0});
+        double us = 0;
+        if (type) us = median_us(a.reps, [&] { (void)quant::ggml_linear(x, w, *type, k, m); });
+        else if (nf4) us = median_us(a.reps, [&] { (void)quant::gemv_4bit(x, nf4->packed, nf4->state); });
+        else if (int8) us = median_us(a.reps, [&] { (void)quant::matmul_8bit(x, *int8); });
+        else us = median_us(a.reps, [&] { (void)ops::linear(xb, w); });
+        rows.push_back({name, m, n, k, us, double(weight_bytes) / (us * 1e3), 0});
       }
     }
   }

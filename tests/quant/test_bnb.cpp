@@ -387,12 +387,13 @@ TEST_CASE("gemv_4bit equals dequantize_4bit then a float matmul", "[quant][bnb]"
     bool nested;
   };
   for (const Case c : {Case{40, 128, 64, BnbQuantType::nf4, false}, Case{33, 256, 32, BnbQuantType::fp4, true},
-                       Case{7, 50, 32, BnbQuantType::nf4, true}, Case{5, 96, 4096, BnbQuantType::fp4, false}}) {
+                       Case{7, 50, 32, BnbQuantType::nf4, true}, Case{5, 96, 4096, BnbQuantType::fp4, false},
+                       Case{6, 48, 32, BnbQuantType::nf4, false}}) {
     const auto wv = random_floats(static_cast<std::size_t>(c.out * c.in), 21, 0.05f);
     const auto q = quantize_4bit(Tensor::from_vector(wv, Shape{c.out, c.in}),
                                  {.blocksize = c.bs, .quant_type = c.t, .compress_statistics = c.nested});
     const auto wd = floats_of(dequantize_4bit(q.packed, q.state));
-    for (const std::int64_t rows : {1, 3, 16}) {
+    for (const std::int64_t rows : {1, 3, 16, 13}) {
       const auto xv = random_floats(static_cast<std::size_t>(rows * c.in), 22);
       const Tensor bias = Tensor::from_vector(random_floats(static_cast<std::size_t>(c.out), 23));
       const auto y = floats_of(gemv_4bit(Tensor::from_vector(xv, Shape{rows, c.in}), q.packed, q.state, bias));

@@ -427,24 +427,25 @@ inline Bnb4bitWeight quantize_4bit(const Tensor& a, const Quantize4bitOptions& o
 
 namespace detail {
 /// The packed codes as bytes, whatever dtype stores them (bnb's quant_storage).
-inline std::vector<std::uint8_t> packed_bytes(const Tensor& packed, const BnbQuantState& state, const std::string& what) {
-  const Tensor p = packed.to(Device::cpu()).contiguous();
+/// The packed weight as a contiguous CPU tensor of whole bytes, checked against the state's size:
+/// the tensor itself when it already is one (a per-call copy would stream the weight twice).
+inline Tensor packed_bytes(const Tensor& packed, const BnbQuantState& state, const std::string& what) {
+  Tensor p = packed.to(Device::cpu()).contiguous();
   const std::size_t want = static_cast<std::size_t>((state.numel() + 1) / 2);
   if (p.nbytes() != want) {
     throw ShapeError(what + ": packed weight " + std::string(dtype_name(p.dtype())) + " " + p.shape().str() + " holds " +
                      std::to_string(p.nbytes()) + " bytes; a " + state.shape.str() + " weight needs " +
                      std::to_string(want));
   }
-  std::vector<std::uint8_t> bytes(want);
-  if (want) std::memcpy(bytes.data(), p.data_ptr(), want);
-  return bytes;
+  return p;
 }
 }  // namespace detail
 
 /// dequantize_4bit: each code's decode value times its block's float32 absmax, rounded once to
 /// state.dtype; the result has state.shape.
 inline Tensor dequantize_4bit(const Tensor& packed, const BnbQuantState& state) {
-  const auto bytes = detail::packed_bytes(packed, state, "dequantize_4bit");
+  const Tensor held = detail::packed_bytes(packed, state, "dequantize_4bit");
+  const auto* bytes = static_cast<const std::uint8_t*>(held.data_ptr());
   const auto absmax = state.absmax_f32();
   const auto n = static_cast<std::size_t>(state.numel());
   const auto bs = static_cast<std::size_t>(state.blocksize);
@@ -679,6 +680,55 @@ inline void gemv_4bit_rows(simd::requires_arch<simd::scalar>, const float* x, st
 }
 
 #if ACCEL_SIMD_X86
+namespace detail {
+/// Sixteen weights from byte `i / 2` on: each code's decode value (a table permute) times its
+/// block's absmax, in element order.
+ACCEL_TARGET_AVX512 inline __m512 decode_16_weights(const std::uint8_t* w, std::size_t i, __m512 table, float scale) noexcept {
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + i / 2));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+  const __m128i lo = _mm_and_si128(raw, low);
+  const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo));
+  return _mm512_mul_ps(_mm512_permutexvar_ps(idx, table), _mm512_set1_ps(scale));
+}
+
+/// Output rows [r0, r1) for NT activation rows at x. Two accumulators per activation row, fed by
+/// alternate 16-weight steps: with one, a single activation row (decoding) waited on the FMA's
+/// latency every step and ran at 6 GB/s of packed weights. Out of line with its loops unrolled, so
+/// that the accumulators stay in registers.
+template <int NT>
+[[gnu::noinline]] ACCEL_TARGET_AVX512 void gemv_4bit_rows_x(const float* x, const std::uint8_t* w, const float* absmax,
+                                                            const float* lut, int shift, std::size_t in,
+                                                            std::size_t out, std::size_t r0, std::size_t r1,
+                                                            float* y) noexcept {
+  const __m512 table = _mm512_loadu_ps(lut);
+  for (std::size_t r = r0; r < r1; ++r) {
+    __m512 acc0[NT], acc1[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    const std::size_t base = r * in;
+    std::size_t k = 0;
+    for (; k + 32 <= in; k += 32) {
+      const std::size_t i = base + k;
+      const __m512 w0 = decode_16_weights(w, i, table, absmax[i >> shift]);
+      const __m512 w1 = decode_16_weights(w, i + 16, table, absmax[(i + 16) >> shift]);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * in + k), acc0[t]);
+        acc1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * in + k + 16), acc1[t]);
+      }
+    }
+    if (k < in) {
+      const __m512 w0 = decode_16_weights(w, base + k, table, absmax[(base + k) >> shift]);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * in + k), acc0[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) y[t * out + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+  }
+}
+}  // namespace detail
+
 /// AVX-512: 16 weights decoded per step (a table permute), shared by up to 8 activation rows.
 /// Needs in % 16 == 0 (a step never leaves its row or its block); the scalar kernel does the rest.
 ACCEL_TARGET_AVX512 inline void gemv_4bit_rows(simd::requires_arch<simd::avx512>, const float* x, std::size_t rows,
@@ -686,24 +736,19 @@ ACCEL_TARGET_AVX512 inline void gemv_4bit_rows(simd::requires_arch<simd::avx512>
                                                std::size_t bs, std::size_t in, std::size_t out, std::size_t r0,
                                                std::size_t r1, float* y) noexcept {
   if (in % 16 != 0) return gemv_4bit_rows(simd::scalar{}, x, rows, w, absmax, lut, bs, in, out, r0, r1, y);
-  const __m512 table = _mm512_loadu_ps(lut);
-  const __m128i low = _mm_set1_epi8(0x0F);
   const int shift = std::countr_zero(bs);
   for (std::size_t t0 = 0; t0 < rows; t0 += 8) {
-    const std::size_t nt = std::min<std::size_t>(8, rows - t0);
-    for (std::size_t r = r0; r < r1; ++r) {
-      __m512 acc[8];
-      for (std::size_t t = 0; t < nt; ++t) acc[t] = _mm512_setzero_ps();
-      const std::size_t base = r * in;
-      for (std::size_t k = 0; k < in; k += 16) {
-        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + (base + k) / 2));
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-        const __m128i lo = _mm_and_si128(raw, low);
-        const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, lo));  // element order
-        const __m512 wv = _mm512_mul_ps(_mm512_permutexvar_ps(idx, table), _mm512_set1_ps(absmax[(base + k) >> shift]));
-        for (std::size_t t = 0; t < nt; ++t) acc[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (t0 + t) * in + k), acc[t]);
-      }
-      for (std::size_t t = 0; t < nt; ++t) y[(t0 + t) * out + r] = _mm512_reduce_add_ps(acc[t]);
+    const float* xt = x + t0 * in;
+    float* yt = y + t0 * out;
+    switch (std::min<std::size_t>(8, rows - t0)) {
+      case 1: detail::gemv_4bit_rows_x<1>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      case 2: detail::gemv_4bit_rows_x<2>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      case 3: detail::gemv_4bit_rows_x<3>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      case 4: detail::gemv_4bit_rows_x<4>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      case 5: detail::gemv_4bit_rows_x<5>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      case 6: detail::gemv_4bit_rows_x<6>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      case 7: detail::gemv_4bit_rows_x<7>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
+      default: detail::gemv_4bit_rows_x<8>(xt, w, absmax, lut, shift, in, out, r0, r1, yt); break;
     }
   }
 }
@@ -722,7 +767,8 @@ inline Tensor gemv_4bit(const Tensor& x, const Tensor& packed, const BnbQuantSta
   if (x.dim() < 1 || x.size(-1) != in) {
     throw ShapeError("gemv_4bit: input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
   }
-  const auto bytes = detail::packed_bytes(packed, state, "gemv_4bit");
+  const Tensor held = detail::packed_bytes(packed, state, "gemv_4bit");
+  const auto* bytes = static_cast<const std::uint8_t*>(held.data_ptr());
   const auto absmax = state.absmax_f32();
   const Tensor xf = x.to(Device::cpu(), DType::f32).contiguous();
   const auto rows = static_cast<std::size_t>(xf.numel() / std::max<std::int64_t>(in, 1));
@@ -736,7 +782,7 @@ inline Tensor gemv_4bit(const Tensor& x, const Tensor& packed, const BnbQuantSta
   const auto bs = static_cast<std::size_t>(state.blocksize);
   simd::dispatch<bnb_4bit_ladder>([&](auto arch) {
     parallel_for(m, 16, [&](std::size_t r0, std::size_t r1) {
-      gemv_4bit_rows(arch, xs, rows, bytes.data(), absmax.data(), lut, bs, n, m, r0, r1, yp);
+      gemv_4bit_rows(arch, xs, rows, bytes, absmax.data(), lut, bs, n, m, r0, r1, yp);
     });
   });
   if (bias.defined()) {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -150,7 +151,9 @@ class BasicLinear4bit : public nn::BasicModule<BasicLinear4bit<P>, P> {
       }
       bytes = packed.contiguous().view(want);
     } else {
-      bytes = Tensor::from_vector(detail::packed_bytes(packed, state, "Linear4bit"), want);
+      const Tensor held = detail::packed_bytes(packed, state, "Linear4bit");
+      bytes = Tensor::empty(want, DType::u8, Device::cpu());
+      if (held.nbytes()) std::memcpy(bytes.data_ptr(), held.data_ptr(), held.nbytes());
     }
     (*weight_)->data = device.is_meta() ? bytes.to_meta() : bytes.to(device);
     decoded_ = decoded_state(state);
