@@ -14,7 +14,9 @@
 //
 // The variable is Open MPI's `coll_libnbc_iallreduce_algorithm` (0: libnbc decides, 1: ring). A
 // value the user set (OMPI_MCA_coll_libnbc_iallreduce_algorithm, an MCA parameter file) is read
-// once and then left alone; so is any MPI without that variable, or without a writable one.
+// once and then left alone; so is any MPI without that variable, or without a writable one. The
+// variable's scope asks every process to hold the same value: an all-reduce's byte count is the
+// same on every process, so each writes the same value before the same call.
 #pragma once
 
 #if defined(ACCEL_WITH_MPI)
