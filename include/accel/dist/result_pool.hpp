@@ -17,7 +17,9 @@
 //   them stays allocated, and counted in memory_stats(cpu), until a later result takes it, it falls
 //   out of the last eight, or release_cached_results() runs.
 // - Under a CPU budget (set_memory_limit on the cpu) nothing is kept: an idle block must never be
-//   the reason another allocation fails.
+//   the reason another allocation fails. Blocks kept before the budget was set stay until the next
+//   reduce / gather (which drops them) or release_cached_results(): call it when setting a budget
+//   after collectives have run.
 #pragma once
 
 #include <cstddef>
