@@ -19,9 +19,11 @@
 //           for the size (dist/mpi_tuning.hpp: Open MPI's ring from 256 KiB), waited for by
 //           MPI_Wait instead of accel's polling, and "group op" accel's MpiGroup call alone
 //           (non-blocking call and polling, no allocation);
-//   gather: "alloc+Allgather" allocates a fresh result, the other two as above; and
-//           "into buffer" is all_gather_into_tensor into a buffer kept across calls, as the raw
-//           call's is, with its overhead over raw.
+//   gather: "alloc+Allgather" allocates a fresh result, "Iallgather+Wait" is libnbc's
+//           non-blocking all-gather (accel's call above four processes; up to four it exchanges
+//           point to point, dist/mpi.hpp), "group op" as above; and "into buffer" is
+//           all_gather_into_tensor into a buffer kept across calls, as the raw call's is, with its
+//           overhead over raw.
 // Alone (one process) it says it needs mpirun and exits 0; without MPI it says so.
 #include <algorithm>
 #include <chrono>

@@ -36,6 +36,12 @@ foreach(np 2 3)
                    "[mpi]")
   set_tests_properties(dist_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${accel_dist_env}")
 endforeach()
+# Five processes take MPI_Iallgather where fewer exchange point to point (dist/mpi.hpp): the
+# gathers run once that way too.
+add_test(NAME dist_mpi_np5_gather
+         COMMAND ${ACCEL_MPIEXEC} --oversubscribe --allow-run-as-root -np 5 $<TARGET_FILE:accel_test_dist>
+                 "gather*,all_gather_into_tensor*,reduce and gather*")
+set_tests_properties(dist_mpi_np5_gather PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${accel_dist_env}")
 # A peer that never arrives: process 0's collective must end with a DistributedError after the
 # state's 2 s timeout. The broken group then ends the job through MPI_Abort, so the test passes on
 # the line process 0 prints, not on the exit status.
@@ -44,4 +50,13 @@ add_test(NAME dist_mpi_timeout
                  "[.dist_timeout]")
 set_tests_properties(dist_mpi_timeout PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${accel_dist_env}"
                      PASS_REGULAR_EXPRESSION "dist timeout test: process 0 reported the timeout")
+# Two processes gathering different sizes outside debug mode: each must report it (the broken group
+# ends the job through MPI_Abort, so the test passes on the line process 0 prints and fails on a
+# failed check of either).
+add_test(NAME dist_mpi_gather_mismatch
+         COMMAND ${ACCEL_MPIEXEC} --oversubscribe --allow-run-as-root -np 2 $<TARGET_FILE:accel_test_dist>
+                 "[.dist_gather_mismatch]")
+set_tests_properties(dist_mpi_gather_mismatch PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${accel_dist_env}"
+                     PASS_REGULAR_EXPRESSION "process 0 reported the mismatch"
+                     FAIL_REGULAR_EXPRESSION "FAILED")
 set_tests_properties(dist PROPERTIES LABELS "mpi")
