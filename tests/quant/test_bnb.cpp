@@ -423,6 +423,12 @@ TEST_CASE("gemv_4bit equals dequantize_4bit then a float matmul", "[quant][bnb]"
     gemv_4bit_rows(simd::scalar{}, xv.data(), 9, bytes.data(), am.data(), lut, 64, 512, 64, 0, 64, ys.data());
     gemv_4bit_rows(simd::avx512{}, xv.data(), 9, bytes.data(), am.data(), lut, 64, 512, 64, 0, 64, yv.data());
     for (std::size_t i = 0; i < ys.size(); ++i) REQUIRE(yv[i] == Approx(ys[i]).epsilon(1e-4).margin(1e-5));
+    // One row takes the even / odd kernel, over output rows 5..63 only.
+    std::fill(ys.begin(), ys.end(), 0.0f);
+    std::fill(yv.begin(), yv.end(), 0.0f);
+    gemv_4bit_rows(simd::scalar{}, xv.data(), 1, bytes.data(), am.data(), lut, 64, 512, 64, 5, 64, ys.data());
+    gemv_4bit_rows(simd::avx512{}, xv.data(), 1, bytes.data(), am.data(), lut, 64, 512, 64, 5, 64, yv.data());
+    for (std::size_t i = 0; i < 64; ++i) REQUIRE(yv[i] == Approx(ys[i]).epsilon(1e-4).margin(1e-5));
   }
   const auto q = quantize_4bit(Tensor::ones({4, 64}));
   CHECK_THROWS_AS(gemv_4bit(Tensor::ones({2, 32}), q.packed, q.state), ShapeError);
