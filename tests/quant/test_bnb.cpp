@@ -476,21 +476,26 @@ TEST_CASE("int8_vectorwise_quant holds outliers back (hand-computed)", "[quant][
 TEST_CASE("the int8 product: VNNI and portable agree exactly", "[quant][bnb]") {
   std::mt19937 g(3);
   std::uniform_int_distribution<int> d(-127, 127);
-  const std::size_t rows = 6, k = 200, out = 37;
-  std::vector<std::int8_t> a(rows * k), b(out * k);
-  for (auto& x : a) x = static_cast<std::int8_t>(d(g));
-  for (auto& x : b) x = static_cast<std::int8_t>(d(g));
-  b[5] = -128;  // a stored weight may hold it
-  std::vector<std::int32_t> c0(rows * out), c1(rows * out);
-  int8_linear_matmul(simd::scalar{}, a.data(), rows, b.data(), k, out, 0, out, c0.data());
-  for (std::size_t t = 0; t < rows; ++t) {
-    std::int32_t s = 0;
-    for (std::size_t j = 0; j < k; ++j) s += a[t * k + j] * b[j];
-    CHECK(c0[t * out] == s);
-  }
-  if (simd::avx512_vnni::available()) {
-    int8_linear_matmul(simd::avx512_vnni{}, a.data(), rows, b.data(), k, out, 0, out, c1.data());
-    CHECK(c0 == c1);
+  // One row, a group of six, and a group of eight then five; k = 200 ends in a partial step; the
+  // columns 3..36 give eight groups of four weight rows and a tail of two.
+  for (const std::size_t rows : {1, 6, 13}) {
+    const std::size_t k = 200, out = 37, r0 = 3;
+    std::vector<std::int8_t> a(rows * k), b(out * k);
+    for (auto& x : a) x = static_cast<std::int8_t>(d(g));
+    for (auto& x : b) x = static_cast<std::int8_t>(d(g));
+    b[5] = -128;  // a stored weight may hold it
+    a[7] = -128;  // so may an activation code of an affine scheme
+    std::vector<std::int32_t> c0(rows * out, -1), c1(rows * out, -1);
+    int8_linear_matmul(simd::scalar{}, a.data(), rows, b.data(), k, out, r0, out, c0.data());
+    for (std::size_t t = 0; t < rows; ++t) {
+      std::int32_t s = 0;
+      for (std::size_t j = 0; j < k; ++j) s += a[t * k + j] * b[r0 * k + j];
+      CHECK(c0[t * out + r0] == s);
+    }
+    if (simd::avx512_vnni::available()) {
+      int8_linear_matmul(simd::avx512_vnni{}, a.data(), rows, b.data(), k, out, r0, out, c1.data());
+      CHECK(c0 == c1);  // columns below r0 untouched by both
+    }
   }
 }
 

@@ -56,7 +56,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +67,7 @@
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/quant/row_groups.hpp"
 
 #if ACCEL_SIMD_X86
 #include <immintrin.h>
@@ -822,24 +822,6 @@ template <int NT, int R>
   }
 }
 
-/// f(t0, std::integral_constant<int, NT>) for each group of up to eight of `rows` activation rows:
-/// the kernels take their row count as a template argument so that their accumulators stay in
-/// registers.
-template <class F>
-void for_row_groups(std::size_t rows, F&& f) {
-  for (std::size_t t0 = 0; t0 < rows; t0 += 8) {
-    switch (std::min<std::size_t>(8, rows - t0)) {
-      case 1: f(t0, std::integral_constant<int, 1>{}); break;
-      case 2: f(t0, std::integral_constant<int, 2>{}); break;
-      case 3: f(t0, std::integral_constant<int, 3>{}); break;
-      case 4: f(t0, std::integral_constant<int, 4>{}); break;
-      case 5: f(t0, std::integral_constant<int, 5>{}); break;
-      case 6: f(t0, std::integral_constant<int, 6>{}); break;
-      case 7: f(t0, std::integral_constant<int, 7>{}); break;
-      default: f(t0, std::integral_constant<int, 8>{}); break;
-    }
-  }
-}
 }  // namespace detail
 
 /// AVX-512. With `in` a multiple of 32 and blocks of at least 32, the activations are split into

@@ -49,6 +49,7 @@
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/quant/row_groups.hpp"
 
 #if ACCEL_SIMD_X86
 #include <immintrin.h>
@@ -168,32 +169,77 @@ inline void int8_linear_matmul(simd::requires_arch<simd::scalar>, const std::int
 }
 
 #if ACCEL_SIMD_X86
-/// VPDPBUSD multiplies unsigned by signed bytes: |b| times a with b's sign, 64 bytes a step, up to
-/// four activation rows per weight row read. The weight takes the absolute value, so a stored -128
-/// still multiplies correctly (|-128| is 128 unsigned); activation codes never reach -128.
+namespace detail {
+/// Columns [r0, r1) of C for NT activation rows `au` stored as unsigned codes (a + 128), R weight
+/// rows a step: VPDPBUSD multiplies unsigned by signed bytes, so sum((a + 128) b) - 128 sum(b) is
+/// the product, with sum(b) taken by one more VPDPBUSD against ones per weight step (shared by
+/// the activation rows). The R weight rows meet each activation load.
+template <int NT, int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void int8_tile(const std::uint8_t* au, const std::int8_t* b, std::size_t k,
+                                                          std::size_t out, std::size_t r0, std::size_t r1,
+                                                          std::int32_t* c) noexcept {
+  const __m512i ones = _mm512_set1_epi8(1);
+  std::size_t r = r0;
+  for (; r + R <= r1; r += R) {
+    __m512i acc[NT][R], sum[R];
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) {
+      sum[q] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[t][q] = _mm512_setzero_si512();
+    }
+    for (std::size_t j = 0; j < k; j += 64) {
+      const __mmask64 m = k - j >= 64 ? ~__mmask64{0} : (__mmask64{1} << (k - j)) - 1;
+      __m512i bv[R];
+#pragma GCC unroll 4
+      for (int q = 0; q < R; ++q) {
+        bv[q] = _mm512_maskz_loadu_epi8(m, b + (r + static_cast<std::size_t>(q)) * k + j);
+        sum[q] = _mm512_dpbusd_epi32(sum[q], ones, bv[q]);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const __m512i av = _mm512_maskz_loadu_epi8(m, au + static_cast<std::size_t>(t) * k + j);
+#pragma GCC unroll 4
+        for (int q = 0; q < R; ++q) acc[t][q] = _mm512_dpbusd_epi32(acc[t][q], av, bv[q]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) {
+      const std::int32_t shift = 128 * _mm512_reduce_add_epi32(sum[q]);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        c[static_cast<std::size_t>(t) * out + r + static_cast<std::size_t>(q)] = _mm512_reduce_add_epi32(acc[t][q]) - shift;
+      }
+    }
+  }
+  if constexpr (R > 1) {
+    if (r < r1) int8_tile<NT, 1>(au, b, k, out, r, r1, c);
+  }
+}
+}  // namespace detail
+
+/// AVX-512 VNNI: the activation codes are stored once as unsigned (a + 128, in a buffer of this
+/// thread's) and groups of up to eight rows meet four weight rows a step (detail::int8_tile).
+/// Against a kernel that took each weight's sign onto every activation load (abs, a sign mask and
+/// a masked subtract per step) with one weight row at a time, m = 4096, k = 4096 / 14336, 2
+/// threads: one row 580 / 2132 -> 394 / 1437 us, 16 rows 3595 / 14870 -> 2145 / 7283 us. Any int8
+/// codes work, -128 included on both sides.
 ACCEL_TARGET_AVX512_VNNI inline void int8_linear_matmul(simd::requires_arch<simd::avx512_vnni>, const std::int8_t* a,
                                                         std::size_t rows, const std::int8_t* b, std::size_t k,
                                                         std::size_t out, std::size_t r0, std::size_t r1,
-                                                        std::int32_t* c) noexcept {
-  const __m512i zero = _mm512_setzero_si512();
-  for (std::size_t t0 = 0; t0 < rows; t0 += 4) {
-    const std::size_t nt = std::min<std::size_t>(4, rows - t0);
-    for (std::size_t r = r0; r < r1; ++r) {
-      __m512i acc[4] = {zero, zero, zero, zero};
-      const std::int8_t* br = b + r * k;
-      for (std::size_t j = 0; j < k; j += 64) {
-        const __mmask64 m = k - j >= 64 ? ~__mmask64{0} : (__mmask64{1} << (k - j)) - 1;
-        const __m512i bv = _mm512_maskz_loadu_epi8(m, br + j);
-        const __m512i ub = _mm512_abs_epi8(bv);
-        const __mmask64 neg = _mm512_movepi8_mask(bv);
-        for (std::size_t t = 0; t < nt; ++t) {
-          const __m512i av = _mm512_maskz_loadu_epi8(m, a + (t0 + t) * k + j);
-          acc[t] = _mm512_dpbusd_epi32(acc[t], ub, _mm512_mask_sub_epi8(av, neg, zero, av));
-        }
-      }
-      for (std::size_t t = 0; t < nt; ++t) c[(t0 + t) * out + r] = _mm512_reduce_add_epi32(acc[t]);
-    }
+                                                        std::int32_t* c) {
+  thread_local std::vector<std::uint8_t> buffer;
+  buffer.resize(rows * k + 64);
+  std::uint8_t* au = buffer.data() + (64 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 64) % 64;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  std::size_t i = 0;
+  for (; i + 64 <= rows * k; i += 64) {
+    _mm512_storeu_si512(au + i, _mm512_xor_si512(_mm512_loadu_si512(a + i), flip));
   }
+  for (; i < rows * k; ++i) au[i] = static_cast<std::uint8_t>(a[i]) ^ 0x80u;
+  detail::for_row_groups(rows, [&](std::size_t t0, auto nt) {
+    detail::int8_tile<decltype(nt)::value, 4>(au + t0 * k, b, k, out, r0, r1, c + t0 * out);
+  });
 }
 #endif
 
