@@ -67,7 +67,7 @@
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/quant/row_groups.hpp"
+#include "accel/quant/activation_rows.hpp"
 
 #if ACCEL_SIMD_X86
 #include <immintrin.h>
@@ -836,11 +836,7 @@ ACCEL_TARGET_AVX512 inline void gemv_4bit_rows(simd::requires_arch<simd::avx512>
   if (in % 16 != 0) return gemv_4bit_rows(simd::scalar{}, x, rows, w, absmax, lut, bs, in, out, r0, r1, y);
   const int shift = std::countr_zero(bs);
   if (in % 32 == 0 && bs >= 32) {
-    // Aligned to a cache line: activation loads that straddle two lines cost the tile kernel
-    // 1.7x at k = 14336.
-    thread_local std::vector<float> buffer;
-    buffer.resize(rows * in + 16);
-    float* split = buffer.data() + (16 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 64 / sizeof(float)) % 16;
+    float* split = detail::activation_buffer<float>(rows * in);
     detail::split_even_odd(x, rows * in, split);
     if (rows == 1) return detail::gemv_4bit_pairs(split, w, absmax, lut, shift, in, r0, r1, y);
     detail::for_row_groups(rows, [&](std::size_t t0, auto nt) {

@@ -49,7 +49,7 @@
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/core/tensor.hpp"
-#include "accel/quant/row_groups.hpp"
+#include "accel/quant/activation_rows.hpp"
 
 #if ACCEL_SIMD_X86
 #include <immintrin.h>
@@ -228,9 +228,7 @@ ACCEL_TARGET_AVX512_VNNI inline void int8_linear_matmul(simd::requires_arch<simd
                                                         std::size_t rows, const std::int8_t* b, std::size_t k,
                                                         std::size_t out, std::size_t r0, std::size_t r1,
                                                         std::int32_t* c) {
-  thread_local std::vector<std::uint8_t> buffer;
-  buffer.resize(rows * k + 64);
-  std::uint8_t* au = buffer.data() + (64 - reinterpret_cast<std::uintptr_t>(buffer.data()) % 64) % 64;
+  std::uint8_t* au = detail::activation_buffer<std::uint8_t>(rows * k);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   std::size_t i = 0;
   for (; i + 64 <= rows * k; i += 64) {

@@ -1,14 +1,31 @@
-// Row-count dispatch for the CPU product kernels that keep one sum per activation row in
-// registers, so take the row count as a template argument.
+// The activation rows of the CPU product kernels: a per-thread buffer for rows rearranged once
+// per call, and the dispatch of a row count to a template argument (the kernels keep one sum per
+// activation row in registers).
 //
+//   detail::activation_buffer<T>(n)    n elements of T, cache-line aligned, this thread's
 //   detail::for_row_groups(rows, f)    f(t0, std::integral_constant<int, NT>) per group of <= 8 rows
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace accel::quant::detail {
+
+/// n elements of T at a 64-byte boundary, in a buffer this thread keeps between calls (one per T;
+/// valid until its next call). Aligned because activation loads that straddle two cache lines cost
+/// the NF4 tile kernel 1.7x at k = 14336.
+template <class T>
+T* activation_buffer(std::size_t n) {
+  static_assert(64 % sizeof(T) == 0);
+  constexpr std::size_t pad = 64 / sizeof(T);
+  thread_local std::vector<T> buffer;
+  buffer.resize(n + pad);
+  const auto misaligned = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64 / sizeof(T);
+  return buffer.data() + (pad - misaligned) % pad;
+}
 
 /// f(t0, std::integral_constant<int, NT>) for each group of up to eight of `rows` activation rows,
 /// t0 the group's first row and NT its size.
