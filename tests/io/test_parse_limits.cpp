@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "../temp_dir.hpp"
+#include "../timing.hpp"
 #include "many_tensors.hpp"
 
 #include <chrono>
@@ -22,33 +23,10 @@ using Catch::Contains;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ACCEL_TEST_SLOW_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ACCEL_TEST_SLOW_BUILD 1
-#endif
-#endif
-#if !defined(ACCEL_TEST_SLOW_BUILD) && !defined(NDEBUG)
-#define ACCEL_TEST_SLOW_BUILD 1
-#endif
-
 // Before the readers were linear, 100k entries took minutes; a linear parse takes a fraction of
-// a second in an optimised build. The bound leaves room for a loaded CI machine, and for
-// sanitizer and unoptimised builds, which run the same code several times slower.
-#ifdef ACCEL_TEST_SLOW_BUILD
-constexpr double parse_seconds_bound = 15.0;
-#else
-constexpr double parse_seconds_bound = 2.0;
-#endif
+// a second in an optimised build.
+const double parse_seconds_bound = accel_test::seconds_bound(2.0);
 constexpr std::size_t many = 100'000;
-
-template <class F>
-double seconds(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string with_header(const std::string& header, const std::string& data) {
   std::string out;
@@ -64,7 +42,9 @@ TEST_CASE("100k-entry headers and indexes parse in linear time", "[io][parse_lim
     DYNAMIC_SECTION("safetensors header of [" << extent << "] tensors") {
       const std::string file = accel_test::many_tensor_safetensors(many, extent);
       SafetensorsHeader h;
-      const double s = seconds([&] { h = parse_safetensors_header(as_bytes(file), "many.safetensors"); });
+      const double s = accel_test::fastest_within(parse_seconds_bound, [&] {
+        return accel_test::seconds_of([&] { h = parse_safetensors_header(as_bytes(file), "many.safetensors"); });
+      });
       CHECK(s < parse_seconds_bound);
       REQUIRE(h.tensors.size() == many);
       CHECK(h.tensors.back().end == many * extent * 4);
@@ -74,7 +54,9 @@ TEST_CASE("100k-entry headers and indexes parse in linear time", "[io][parse_lim
   SECTION("sharded index") {
     const std::string text = accel_test::many_tensor_sharded_index(many);
     ShardedIndex ix;
-    const double s = seconds([&] { ix = parse_sharded_index(text, "model.safetensors.index.json"); });
+    const double s = accel_test::fastest_within(parse_seconds_bound, [&] {
+      return accel_test::seconds_of([&] { ix = parse_sharded_index(text, "model.safetensors.index.json"); });
+    });
     CHECK(s < parse_seconds_bound);
     REQUIRE(ix.weight_map.size() == many);
     CHECK(ix.weight_map[777].first == accel_test::many_tensor_name(777));  // file order kept
@@ -84,14 +66,18 @@ TEST_CASE("100k-entry headers and indexes parse in linear time", "[io][parse_lim
   SECTION("offload index, and a loader looking every entry up") {
     const std::string text = accel_test::many_tensor_offload_index(many);
     OffloadIndex ix;
-    const double s = seconds([&] { ix = parse_offload_index(text, "index.json"); });
+    const double s = accel_test::fastest_within(parse_seconds_bound, [&] {
+      return accel_test::seconds_of([&] { ix = parse_offload_index(text, "index.json"); });
+    });
     CHECK(s < parse_seconds_bound);
     REQUIRE(ix.size() == many);
     CHECK(ix.begin().key() == accel_test::many_tensor_name(0));
     const OffloadedWeightsLoader loader(std::nullopt, std::nullopt, std::move(ix));
     bool all = true;
-    const double lookups = seconds([&] {
-      for (std::size_t i = 0; i < many; ++i) all = all && loader.contains(accel_test::many_tensor_name(i));
+    const double lookups = accel_test::fastest_within(parse_seconds_bound, [&] {
+      return accel_test::seconds_of([&] {
+        for (std::size_t i = 0; i < many; ++i) all = all && loader.contains(accel_test::many_tensor_name(i));
+      });
     });
     CHECK(all);
     CHECK(lookups < parse_seconds_bound);
