@@ -5,7 +5,7 @@
 // perf, when --test-backend-ops gives its path; llama.cpp has no NF4 / int8 rows), with the weight
 // bytes each call streams (packed codes and their scales).
 //
-//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--json]
+//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--json]
 //
 // Prints per shape and type: our median microseconds per call, the weights' GB/s, llama.cpp's
 // microseconds per run for the same MUL_MAT (type_a = the weight type, type_b = f32, m, n, k) and
@@ -45,6 +45,7 @@ struct Args {
   int reps = 15;
   std::string test_backend_ops;
   bool json = false;
+  std::string only;  // ",q4_K,nf4," when --types narrows the rows
 };
 
 /// Weights of `type` for an m x k layer: reference-quantized random values where the library has
@@ -124,8 +125,9 @@ int main(int argc, char** argv) {
     if (k == "--reps") a.reps = std::stoi(value());
     else if (k == "--test-backend-ops") a.test_backend_ops = value();
     else if (k == "--json") a.json = true;
+    else if (k == "--types") a.only = "," + value() + ",";
     else {
-      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--json]\n");
+      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--json]\n");
       return 2;
     }
   }
@@ -142,6 +144,7 @@ int main(int argc, char** argv) {
       {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}};
   for (const int k : {4096, 14336}) {
     for (const auto& [name, type] : types) {
+      if (!a.only.empty() && a.only.find("," + name + ",") == std::string::npos) continue;
       const int m = 4096;
       std::normal_distribution<float> wd(0.0f, 0.02f);
       auto random_weight = [&] {
