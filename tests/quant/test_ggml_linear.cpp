@@ -15,6 +15,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "accel/dispatch/load_pretrained.hpp"
@@ -176,6 +177,29 @@ TEST_CASE("the reference quantizers follow ggml's definitions", "[quant][ggml]")
   io::block_q8_0 b8;
   quantize_row_q8_0(one.data(), &b8, 32);
   CHECK(b8.qs[5] == -127);
+}
+
+TEST_CASE("Q8_0 / Q4_0 dot products of every length agree across kernels, to the row's last byte", "[quant][ggml]") {
+  // The AVX-512 Q4_0 kernel takes four blocks a step and the rest one at a time: lengths of 1-7
+  // blocks and past 128 reach both parts. Each row ends its allocation, so a load past it would
+  // show under AddressSanitizer.
+  if (!simd::avx512_vnni::available()) {
+    WARN("no AVX-512 VNNI on this CPU: only the portable kernels ran");
+    return;
+  }
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0}) {
+    for (const std::size_t n : {32u, 64u, 96u, 128u, 160u, 224u, 4096u + 96u}) {
+      INFO(io::ggml_type_name(type) << " n = " << n);
+      const auto w = random_floats(n, 5 + static_cast<unsigned>(n), 1.0f);
+      const auto packed = std::make_unique<std::byte[]>(io::ggml_row_nbytes(type, n));
+      quantize_rows(type, w.data(), packed.get(), n);
+      const auto x = random_floats(n, 9, 3.0f);
+      ActivationRow a;
+      quantize_activation(type, x.data(), n, a);
+      const float portable = vec_dot(simd::scalar{}, type, n, packed.get(), a);
+      CHECK(vec_dot(simd::avx512_vnni{}, type, n, packed.get(), a) == Approx(portable).epsilon(1e-5).margin(1e-3));
+    }
+  }
 }
 
 TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size", "[quant][ggml]") {
