@@ -230,6 +230,43 @@ TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size
   }
 }
 
+TEST_CASE("vec_dot_tile and ggml_linear's one-row path give vec_dot's results bit for bit", "[quant][ggml]") {
+  // 21 weight rows: two tiles of eight and a tail of five, through the tile directly and through
+  // ggml_linear with one input row. Q8_0 / Q4_0 rows of 17 blocks take four-block steps and a tail.
+  const std::size_t m = 21;
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+    INFO(io::ggml_type_name(type));
+    const std::size_t n = type == GgmlType::q4_k || type == GgmlType::q6_k ? 512 : 544;
+    const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
+    Tensor packed = Tensor::empty(gguf_linear_weight_shape(type, static_cast<std::int64_t>(n), m), DType::u8);
+    REQUIRE(packed.nbytes() == m * row_bytes);
+    auto* bytes = static_cast<std::byte*>(packed.data_ptr());
+    if (can_quantize_to(type)) {
+      const auto w = random_floats(m * n, 13, 1.0f);
+      quantize_rows(type, w.data(), bytes, m * n);
+    } else {
+      for (std::size_t i = 0; i < m * row_bytes; ++i) bytes[i] = static_cast<std::byte>((i * 37 + 11) & 0x3F);
+    }
+    const auto x = random_floats(n, 17, 3.0f);
+    ActivationRow a;
+    quantize_activation(type, x.data(), n, a);
+    std::vector<float> best;  // the machine's own kernels, which ggml_linear uses
+    simd::dispatch<quant_ladder>([&](auto arch) {
+      std::vector<float> want(m);
+      for (std::size_t r = 0; r < m; ++r) want[r] = vec_dot(arch, type, n, bytes + r * row_bytes, a);
+      for (std::size_t r0 = 0; r0 + dot_tile_rows <= m; r0 += dot_tile_rows) {
+        std::vector<float> got(dot_tile_rows);
+        vec_dot_tile(arch, type, n, bytes + r0 * row_bytes, row_bytes, a, got.data());
+        for (std::size_t i = 0; i < dot_tile_rows; ++i) CHECK(got[i] == want[r0 + i]);
+      }
+      best = want;
+    });
+    const Tensor y = ggml_linear(Tensor::from_vector(x, Shape{1, static_cast<std::int64_t>(n)}), packed, type,
+                                 static_cast<std::int64_t>(n), m);
+    CHECK(y.to_vector<float>() == best);
+  }
+}
+
 TEST_CASE("the 16-row kernels and ggml_linear's batched path give vec_dot's results", "[quant][ggml]") {
   // 37 weight rows: two groups of 16 and a tail of 5; up to 11 activation rows: a pass of 8 and
   // the rest. The integer sums are exact, so only the float accumulation order differs.
