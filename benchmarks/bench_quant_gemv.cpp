@@ -5,17 +5,19 @@
 // perf, when --test-backend-ops gives its path; llama.cpp has no NF4 / int8 rows), with the weight
 // bytes each call streams (packed codes and their scales).
 //
-//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--json]
+//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--json]
 //
 // Prints per shape and type: our median microseconds per call, the weights' GB/s, llama.cpp's
 // microseconds per run for the same MUL_MAT (type_a = the weight type, type_b = f32, m, n, k) and
-// the ratio (above 1: faster than llama.cpp). Threads: accel's CPU threads (OMP_NUM_THREADS) and
+// the ratio (above 1: faster than llama.cpp). With --rounds R both sides are measured R times,
+// alternating, and each prints its median over the rounds. Threads: accel's CPU threads (OMP_NUM_THREADS) and
 // the same count for test-backend-ops (it takes the machine's hardware concurrency).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +48,7 @@ struct Args {
   std::string test_backend_ops;
   bool json = false;
   std::string only;  // ",q4_K,nf4," when --types narrows the rows
+  int rounds = 1;
 };
 
 /// Weights of `type` for an m x k layer: reference-quantized random values where the library has
@@ -126,8 +129,9 @@ int main(int argc, char** argv) {
     else if (k == "--test-backend-ops") a.test_backend_ops = value();
     else if (k == "--json") a.json = true;
     else if (k == "--types") a.only = "," + value() + ",";
+    else if (k == "--rounds") a.rounds = std::max(1, std::stoi(value()));
     else {
-      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--json]\n");
+      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--json]\n");
       return 2;
     }
   }
@@ -136,7 +140,10 @@ int main(int argc, char** argv) {
   struct Row {
     std::string type;
     int m, n, k;
-    double us, gbps, theirs_us;
+    std::size_t weight_bytes;
+    std::function<void()> call;
+    std::vector<double> ours, theirs;  // one median per round
+    double us = 0, gbps = 0, theirs_us = 0;
   };
   std::vector<Row> rows;
   const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
@@ -154,19 +161,20 @@ int main(int argc, char** argv) {
       };
       // bitsandbytes' layers as Linear4bit / Linear8bitLt run them on the CPU: NF4 (block 64)
       // through gemv_4bit for up to 16 rows, int8 through LLM.int8's matmul_8bit (threshold 6).
-      std::optional<quant::Bnb4bitWeight> nf4;
-      std::optional<quant::Int8Weight> int8;
+      // Every weight stays alive for all rounds.
+      auto nf4 = std::make_shared<std::optional<quant::Bnb4bitWeight>>();
+      auto int8 = std::make_shared<std::optional<quant::Int8Weight>>();
       Tensor w;
       std::size_t weight_bytes = 0;
       if (type) {
         w = make_weights(*type, m, k, g);
         weight_bytes = w.nbytes();
       } else if (name == "nf4") {
-        nf4 = quant::quantize_4bit(random_weight(), {.quant_type = quant::BnbQuantType::nf4});
-        weight_bytes = nf4->packed.nbytes() + nf4->state.absmax.nbytes();
+        *nf4 = quant::quantize_4bit(random_weight(), {.quant_type = quant::BnbQuantType::nf4});
+        weight_bytes = (*nf4)->packed.nbytes() + (*nf4)->state.absmax.nbytes();
       } else if (name == "int8") {
-        int8 = quant::quantize_int8_weight(random_weight());
-        weight_bytes = int8->CB.nbytes() + int8->SCB.nbytes();
+        *int8 = quant::quantize_int8_weight(random_weight());
+        weight_bytes = (*int8)->CB.nbytes() + (*int8)->SCB.nbytes();
       } else {
         w = Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k}).to(DType::bf16);
         weight_bytes = w.nbytes();
@@ -177,22 +185,37 @@ int main(int argc, char** argv) {
         for (auto& v : xs) v = nd(g);
         const Tensor x = Tensor::from_vector(xs, Shape{n, k});
         const Tensor xb = x.to(DType::bf16);
-        double us = 0;
-        if (type) us = median_us(a.reps, [&] { (void)quant::ggml_linear(x, w, *type, k, m); });
-        else if (nf4) us = median_us(a.reps, [&] { (void)quant::gemv_4bit(x, nf4->packed, nf4->state); });
-        else if (int8) us = median_us(a.reps, [&] { (void)quant::matmul_8bit(x, *int8); });
-        else us = median_us(a.reps, [&] { (void)ops::linear(xb, w); });
-        rows.push_back({name, m, n, k, us, double(weight_bytes) / (us * 1e3), 0});
+        std::function<void()> call;
+        if (type) call = [x, w, t = *type, k, m] { (void)quant::ggml_linear(x, w, t, k, m); };
+        else if (*nf4) call = [x, nf4] { (void)quant::gemv_4bit(x, (*nf4)->packed, (*nf4)->state); };
+        else if (*int8) call = [x, int8] { (void)quant::matmul_8bit(x, **int8); };
+        else call = [xb, w] { (void)ops::linear(xb, w); };
+        rows.push_back({name, m, n, k, weight_bytes, std::move(call), {}, {}});
       }
     }
   }
-  if (!a.test_backend_ops.empty()) {
+  // Rounds alternate: all of accel's rows, then llama.cpp's program over the same shapes. On a
+  // shared machine the memory system's share moves within a minute; medians over interleaved
+  // rounds keep both sides under the same conditions.
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (int round = 0; round < a.rounds; ++round) {
+    for (auto& r : rows) r.ours.push_back(median_us(a.reps, r.call));
+    if (a.test_backend_ops.empty()) continue;
     const auto theirs = run_test_backend_ops(a.test_backend_ops);
     for (auto& r : rows) {
       std::string t = r.type;
       std::transform(t.begin(), t.end(), t.begin(), ::tolower);
-      if (const auto it = theirs.find({t, r.m, r.n, r.k}); it != theirs.end()) r.theirs_us = it->second;
+      if (const auto it = theirs.find({t, r.m, r.n, r.k}); it != theirs.end()) r.theirs.push_back(it->second);
     }
+  }
+  for (auto& r : rows) {
+    r.us = median(r.ours);
+    r.gbps = double(r.weight_bytes) / (r.us * 1e3);
+    r.theirs_us = median(r.theirs);
   }
   if (a.json) {
     nlohmann::json j = nlohmann::json::array();
@@ -203,8 +226,8 @@ int main(int argc, char** argv) {
     json_mode.print({{"threads", accel::num_threads()}, {"rows", j}});
     return 0;
   }
-  std::printf("quantized linear, %d threads, median of %d calls (weights GB/s = packed bytes / time)\n",
-              accel::num_threads(), a.reps);
+  std::printf("quantized linear, %d threads, median of %d calls, median of %d interleaved rounds (weights GB/s = packed bytes / time)\n",
+              accel::num_threads(), a.reps, a.rounds);
   std::printf("%-6s %5s %3s %6s %12s %10s %16s %8s\n", "type", "m", "n", "k", "accel us", "GB/s", "llama.cpp us", "ratio");
   for (const auto& r : rows) {
     std::printf("%-6s %5d %3d %6d %12.1f %10.2f", r.type.c_str(), r.m, r.n, r.k, r.us, r.gbps);
