@@ -202,6 +202,30 @@ TEST_CASE("Q8_0 / Q4_0 dot products of every length agree across kernels, to the
   }
 }
 
+TEST_CASE("Q4_K's scales and mins unpack the same in vector registers as io::k4_scales_mins", "[quant][ggml]") {
+#if ACCEL_SIMD_X86
+  if (!simd::avx512_vnni::available()) {
+    WARN("no AVX-512 VNNI on this CPU: the vector unpacking did not run");
+    return;
+  }
+  std::mt19937 g(3);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::uint8_t packed[16];
+    for (auto& b : packed) b = static_cast<std::uint8_t>(trial < 256 ? trial : byte(g));  // every byte repeated, then random
+    std::uint8_t sc[8], mn[8], got[16];
+    io::k4_scales_mins(packed, sc, mn);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(got), quant::detail::k4_scales_mins(packed));
+    bool same = true;
+    for (int i = 0; i < 8; ++i) same = same && got[i] == sc[i] && got[8 + i] == mn[i];
+    INFO("trial " << trial);
+    CHECK(same);
+  }
+#else
+  WARN("not an x86 build: the vector unpacking is not compiled");
+#endif
+}
+
 TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size", "[quant][ggml]") {
   const std::size_t n = 512;
   std::vector<ActivationRow> acts(7);

@@ -265,7 +265,10 @@ class CheckpointLoader {
     for (const auto& name : order_) {
       if (!loaded_.count(cells_.at(name).get())) result_.missing_keys.push_back(name);
     }
-    if (o_.quantizer) result_.missing_keys = o_.quantizer->update_missing_keys(model_, std::move(result_.missing_keys), "");
+    if (o_.quantizer) {
+      result_.missing_keys = o_.quantizer->update_missing_keys(model_, std::move(result_.missing_keys), "");
+      result_.unexpected_keys = o_.quantizer->update_unexpected_keys(model_, std::move(result_.unexpected_keys), "");
+    }
     result_.checkpoint_files = std::move(files);
     return std::move(result_);
   }

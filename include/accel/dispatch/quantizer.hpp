@@ -16,6 +16,7 @@
 //   check_quantized_param_shape(name, cur, loaded) a packed shape is the backend's to check
 //   create_quantized_param(model, value, name, d)  stores it (quantizing it, or taking its bytes) on d
 //   update_missing_keys(model, missing, prefix)    keys the backend fills itself are not missing
+//   update_unexpected_keys(model, unexpected, prefix)  keys the backend read itself are not unexpected
 //   postprocess_model(model)                       after loading
 //   dequantize(model)                              back to float layers, where the backend can
 // and the attributes: name, modules_to_not_convert, required_features (the C++ side of
@@ -72,6 +73,7 @@ concept Quantizer = requires(Q& q, const Q& cq, nn::Module& m, const nn::Module&
   { q.check_quantized_param_shape(s, t, t) } -> std::convertible_to<bool>;
   q.create_quantized_param(m, t, s, d);
   { q.update_missing_keys(cm, keys, s) } -> std::convertible_to<std::vector<std::string>>;
+  { q.update_unexpected_keys(cm, keys, s) } -> std::convertible_to<std::vector<std::string>>;
   q.postprocess_model(m);
   q.dequantize(m);
 };
@@ -97,6 +99,10 @@ struct QuantizerDefaults {
   }
   std::vector<std::string> update_missing_keys(const nn::Module&, std::vector<std::string> missing, const std::string&) {
     return missing;
+  }
+  std::vector<std::string> update_unexpected_keys(const nn::Module&, std::vector<std::string> unexpected,
+                                                  const std::string&) {
+    return unexpected;
   }
   void postprocess_model(nn::Module&) {}
   void dequantize(nn::Module&) { throw ValueError("this quantization backend cannot dequantize a model"); }
@@ -138,6 +144,9 @@ class AnyQuantizer {
   std::vector<std::string> update_missing_keys(const nn::Module& m, std::vector<std::string> k, const std::string& p) const {
     return self_->update_missing_keys(m, std::move(k), p);
   }
+  std::vector<std::string> update_unexpected_keys(const nn::Module& m, std::vector<std::string> k, const std::string& p) const {
+    return self_->update_unexpected_keys(m, std::move(k), p);
+  }
   void postprocess_model(nn::Module& m) const { self_->postprocess_model(m); }
   void dequantize(nn::Module& m) const { self_->dequantize(m); }
 
@@ -168,6 +177,7 @@ class AnyQuantizer {
     virtual bool check_quantized_param_shape(const std::string&, const Tensor&, const Tensor&) = 0;
     virtual void create_quantized_param(nn::Module&, const Tensor&, const std::string&, Device) = 0;
     virtual std::vector<std::string> update_missing_keys(const nn::Module&, std::vector<std::string>, const std::string&) = 0;
+    virtual std::vector<std::string> update_unexpected_keys(const nn::Module&, std::vector<std::string>, const std::string&) = 0;
     virtual void postprocess_model(nn::Module&) = 0;
     virtual void dequantize(nn::Module&) = 0;
   };
@@ -203,6 +213,10 @@ class AnyQuantizer {
     std::vector<std::string> update_missing_keys(const nn::Module& m, std::vector<std::string> k,
                                                  const std::string& p) override {
       return q.update_missing_keys(m, std::move(k), p);
+    }
+    std::vector<std::string> update_unexpected_keys(const nn::Module& m, std::vector<std::string> k,
+                                                    const std::string& p) override {
+      return q.update_unexpected_keys(m, std::move(k), p);
     }
     void postprocess_model(nn::Module& m) override { q.postprocess_model(m); }
     void dequantize(nn::Module& m) override { q.dequantize(m); }

@@ -729,8 +729,7 @@ QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationCo
   lo.show_progress = o.show_progress;
   lo.warnings = o.warnings;
   lo.quantizer = any;
-  out.load = dispatch::load_checkpoint_in_model(model, *weights_location, lo);
-  out.load.unexpected_keys = q.update_unexpected_keys(model, std::move(out.load.unexpected_keys));
+  out.load = dispatch::load_checkpoint_in_model(model, *weights_location, lo);  // unexpected keys: the hook ran
   q.postprocess_model(model);
   dispatch::dispatch_model<Offload>(model, out.device_map, {.offload_dir = o.offload_folder});
   return out;

@@ -47,6 +47,7 @@ struct ActivationRow {
   std::vector<std::int32_t> q8_0_sums;
   std::vector<float> q8_0_scales;  ///< each block's f16 scale as float, decoded once per row
   std::vector<io::block_q8_k> q8_k;
+  std::vector<std::int16_t> q8_k_group_sums;  ///< Q4_K: each 32-element group's sum (8 per super-block)
   // The AVX-512 Q4_0 kernel takes four blocks a step, in the order the weights' codes come out of
   // one 512-bit register (detail::q4_0_group); per group of four blocks:
   std::vector<std::int8_t> group_lanes;    ///< elements 0-15 of each block, then 16-31 of each
@@ -64,6 +65,14 @@ inline void quantize_activation(GgmlType t, const float* x, std::size_t n, Activ
   if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
     row.q8_k.resize(n / 256);
     quantize_row_q8_k(x, row.q8_k.data(), n);
+    if (t == GgmlType::q4_k) {
+      row.q8_k_group_sums.resize(n / 256 * 8);
+      for (std::size_t b = 0; b < n / 256; ++b) {
+        for (std::size_t g = 0; g < 8; ++g) {
+          row.q8_k_group_sums[8 * b + g] = static_cast<std::int16_t>(row.q8_k[b].bsums[2 * g] + row.q8_k[b].bsums[2 * g + 1]);
+        }
+      }
+    }
     return;
   }
   row.q8_0.resize(n / 32);
@@ -315,6 +324,21 @@ template <int R, bool Q4, int W = 1>
   for (int a = 0; a < W * R; ++a) out[a] = hsum(acc[a]) + hsum(acc4[a]);
 }
 
+/// A Q4_K super-block's twelve bytes of six-bit scales and mins (io::k4_scales_mins' packing) as
+/// sixteen bytes: the eight scales, then the eight mins. Reads sixteen bytes from `s` (the block's
+/// codes follow its scales).
+ACCEL_TARGET_AVX512_VNNI inline __m128i k4_scales_mins(const std::uint8_t* s) noexcept {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  // Lanes 0-3: scales 0-3 (q[0..3] low six bits); 4-7: scales 4-7 (q[8..11] low four, q[0..3] top
+  // two); 8-11: mins 0-3 (q[4..7] low six); 12-15: mins 4-7 (q[8..11] high four, q[4..7] top two).
+  const __m128i main = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i tops = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  const __m128i low = _mm_and_si128(main, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+  const __m128i high = _mm_and_si128(_mm_srli_epi16(main, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15));
+  const __m128i top2 = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(tops, 6), _mm_set1_epi8(3)), 4);
+  return _mm_or_si128(_mm_or_si128(low, high), top2);
+}
+
 /// A K-type super-block's integer dot product: its eight 32-element runs of unsigned codes `u`
 /// against the Q8_K activation `xq` (VPMADDUBSW), each run's 16-bit pair sums times its scale
 /// vector (VPDPWSSD), summed in eight int32 lanes.
@@ -343,17 +367,10 @@ template <int R>
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = w + b * sizeof(io::block_q4_k);
-    std::uint16_t d, dmin;
-    std::memcpy(&d, blk, 2);
-    std::memcpy(&dmin, blk + 2, 2);
+    const __m128 d_dmin = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(io::load_le32(reinterpret_cast<const std::uint8_t*>(blk)))));
     const auto* qs = reinterpret_cast<const std::uint8_t*>(blk + 16);
-    std::uint8_t sc[8], mn[8];
-    io::k4_scales_mins(reinterpret_cast<const std::uint8_t*>(blk + 4), sc, mn);
-    std::uint64_t mn_word, sc_word;
-    std::memcpy(&mn_word, mn, 8);
-    std::memcpy(&sc_word, sc, 8);
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn_word)));
-    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc_word))));
+    const __m128i sc_mn = k4_scales_mins(reinterpret_cast<const std::uint8_t*>(blk + 4));
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sc_mn, sc_mn));
     __m256i u[8], scale[8];  // u[2j]: the low nibbles of bytes 32j.., u[2j + 1]: their high nibbles
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
@@ -361,19 +378,18 @@ template <int R>
       u[2 * j] = _mm256_and_si256(q, low);
       u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
     }
+    const __m256i sc16 = _mm256_castsi128_si256(_mm_cvtepu8_epi16(sc_mn));
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) scale[g] = _mm256_permutexvar_epi16(_mm256_set1_epi16(static_cast<short>(g)), sc16);
-    const float fd = _cvtsh_ss(d), fdmin = _cvtsh_ss(dmin);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const auto& a = x[r]->q8_k[b];
       const __m256i sumi = scaled_dot_k(u, scale, a.qs);
-      // Each group's two 16-element sums, then against its min: four int32 lanes of pairs.
-      const __m128i bs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums));
-      const __m128i bs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums + 8));
-      const __m128i m = _mm_madd_epi16(mins, _mm_hadd_epi16(bs0, bs1));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fd), _mm256_cvtepi32_ps(sumi), acc[r]);
-      acc_min[r] = _mm_fmadd_ps(_mm_set1_ps(a.d * fdmin), _mm_cvtepi32_ps(m), acc_min[r]);
+      // Each group's min against its sum: four int32 lanes of pairs.
+      const __m128i m = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r]->q8_k_group_sums.data() + 8 * b)));
+      const __m128 f = _mm_mul_ps(d_dmin, _mm_set1_ps(a.d));  // [d, dmin] x the activation's scale
+      acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), _mm256_cvtepi32_ps(sumi), acc[r]);
+      acc_min[r] = _mm_fmadd_ps(_mm_permute_ps(f, 0x55), _mm_cvtepi32_ps(m), acc_min[r]);
     }
   }
 #pragma GCC unroll 8
