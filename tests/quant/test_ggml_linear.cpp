@@ -179,16 +179,17 @@ TEST_CASE("the reference quantizers follow ggml's definitions", "[quant][ggml]")
   CHECK(b8.qs[5] == -127);
 }
 
-TEST_CASE("Q8_0 / Q4_0 dot products of every length agree across kernels, to the row's last byte", "[quant][ggml]") {
-  // The AVX-512 Q4_0 kernel takes four blocks a step and the rest one at a time: lengths of 1-7
-  // blocks and past 128 reach both parts. Each row ends its allocation, so a load past it would
-  // show under AddressSanitizer.
+TEST_CASE("Q8_0 / Q4_0 / Q4_K dot products of every length agree across kernels, to the row's last byte", "[quant][ggml]") {
+  // The AVX-512 Q4_0 and Q4_K kernels take four blocks a step and the rest in a shorter step:
+  // lengths of 1-9 blocks and past 128 reach every part. Each row ends its allocation, so a load
+  // past it would show under AddressSanitizer.
   if (!simd::avx512_vnni::available()) {
     WARN("no AVX-512 VNNI on this CPU: only the portable kernels ran");
     return;
   }
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0}) {
-    for (const std::size_t n : {32u, 64u, 96u, 128u, 160u, 224u, 4096u + 96u}) {
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
+    for (const std::size_t blocks : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 9u, 131u}) {
+      const std::size_t n = blocks * io::ggml_type_info(type).block_size;
       INFO(io::ggml_type_name(type) << " n = " << n);
       const auto w = random_floats(n, 5 + static_cast<unsigned>(n), 1.0f);
       const auto packed = std::make_unique<std::byte[]>(io::ggml_row_nbytes(type, n));
@@ -211,13 +212,17 @@ TEST_CASE("Q4_K's scales and mins unpack the same in vector registers as io::k4_
   std::mt19937 g(3);
   std::uniform_int_distribution<int> byte(0, 255);
   for (int trial = 0; trial < 20000; ++trial) {
-    std::uint8_t packed[16];
-    for (auto& b : packed) b = static_cast<std::uint8_t>(trial < 256 ? trial : byte(g));  // every byte repeated, then random
-    std::uint8_t sc[8], mn[8], got[16];
-    io::k4_scales_mins(packed, sc, mn);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(got), quant::detail::k4_scales_mins(packed));
+    // Four blocks' heads (d, dmin, twelve packed bytes), one per 128-bit lane: every byte repeated
+    // in a lane, then random.
+    std::uint8_t heads[64], got[64];
+    for (int i = 0; i < 64; ++i) heads[i] = static_cast<std::uint8_t>(trial < 64 ? 4 * trial + i / 16 : byte(g));
+    _mm512_storeu_si512(got, quant::detail::k4_scales_mins(_mm512_loadu_si512(heads)));
     bool same = true;
-    for (int i = 0; i < 8; ++i) same = same && got[i] == sc[i] && got[8 + i] == mn[i];
+    for (int lane = 0; lane < 4; ++lane) {
+      std::uint8_t sc[8], mn[8];
+      io::k4_scales_mins(heads + 16 * lane + 4, sc, mn);
+      for (int i = 0; i < 8; ++i) same = same && got[16 * lane + i] == sc[i] && got[16 * lane + 8 + i] == mn[i];
+    }
     INFO("trial " << trial);
     CHECK(same);
   }
