@@ -369,8 +369,8 @@ TEST_CASE("save_bnb_model writes transformers' layout, and the folder loads back
       CHECK(any.target<BnbQuantizer>()->pre_quantized());
       CHECK(any.target<BnbQuantizer>()->swapped() == (model == "tiny_llama" ? 14u : 8u));
       CHECK(logits_of(back) == want);
-      // Every state tensor was claimed, through the loader's update_unexpected_keys hook: nothing
-      // the loader met is left unexpected.
+      // Every state tensor was claimed (offered to the quantizer by the loader): nothing the
+      // loader met is left unexpected.
       for (const auto& k : back.load.unexpected_keys) CHECK(k.find(".weight.") == std::string::npos);
       for (const auto& k : back.load.unexpected_keys) CHECK(!k.ends_with(".SCB"));
     }
@@ -567,6 +567,32 @@ TEST_CASE("state tensors handed to create_quantized_param after their weight com
   }
   std::size_t built = 0;
   for (const auto& [n, m] : root.named_modules()) {
+    if (auto* l = dynamic_cast<Linear4bit*>(m)) {
+      REQUIRE(l->quant_state());
+      const auto& want = dynamic_cast<Linear4bit&>(p.model->module().get_submodule(n));
+      CHECK(l->dequantized_weight().to_vector<float>() == want.dequantized_weight().to_vector<float>());
+      ++built;
+    }
+  }
+  CHECK(built == 14);
+
+  // load_checkpoint_in_model offers the state tensors the model has no cells for the same way:
+  // the quantizer below has dropped what its preprocess_model read, so every layer's state comes
+  // from the loader.
+  std::shared_ptr<models::CausalLM> lm2;
+  {
+    auto guard = nn::init_empty_weights(false);
+    lm2 = models::causal_lm_from_hf_config(config, DType::f32);
+  }
+  auto q2 = BnbQuantizer::from_model_config(config);
+  q2.preprocess_model(lm2->module(), files);
+  q2.postprocess_model(lm2->module());
+  const auto r = dispatch::load_checkpoint_in_model(lm2->module(), files[0],
+                                                    {.show_progress = false, .quantizer = dispatch::AnyQuantizer(std::move(q2))});
+  CHECK(r.unexpected_keys.empty());
+  CHECK(r.missing_keys.empty());
+  built = 0;
+  for (const auto& [n, m] : lm2->module().named_modules()) {
     if (auto* l = dynamic_cast<Linear4bit*>(m)) {
       REQUIRE(l->quant_state());
       const auto& want = dynamic_cast<Linear4bit&>(p.model->module().get_submodule(n));

@@ -103,7 +103,9 @@ struct LoadCheckpointOptions {
   /// Where Accelerate's warnings go (none when null).
   std::ostream* warnings = nullptr;
   /// Consulted for every checkpoint tensor (dispatch/quantizer.hpp): a tensor it claims is stored by
-  /// its create_quantized_param on the tensor's device instead of being set as is. The model must
+  /// its create_quantized_param on the tensor's device instead of being set as is; a claimed name
+  /// the model has no cell for (a state tensor such as "<m>.weight.absmax") goes to it on the
+  /// device of the weight it belongs to, and is not unexpected. The model must
   /// already be its preprocess_model's output. A weight quantized on load and placed on "disk" is
   /// quantized on the CPU and the tensors it fills in its layer go to offload_folder (a checkpoint
   /// stored quantized cannot be placed on disk that way: a ValueError). Not in Accelerate's signature
@@ -277,6 +279,12 @@ class CheckpointLoader {
   void place(const std::string& name, const Tensor& value, const std::string& file, const std::string* safetensors_path) {
     auto it = cells_.find(name);
     if (it == cells_.end()) {
+      // A backend's state tensor (bitsandbytes' "<m>.weight.absmax", ...): the model has no cell
+      // for it; the backend stores it beside its layer's weight, on that weight's device.
+      if (o_.quantizer && o_.quantizer->check_if_quantized_param(model_, value, name)) {
+        o_.quantizer->create_quantized_param(model_, value, name, owner_device(name, file));
+        return;
+      }
       if (unexpected_seen_.insert(name).second) result_.unexpected_keys.push_back(name);
       return;
     }
@@ -322,6 +330,22 @@ class CheckpointLoader {
     }
     nn::set_module_tensor_to_device(model_, name, device, value, new_dtype);
     if (!device.is_meta()) materialised_.insert(cell);
+  }
+
+  /// The device of the weight a state tensor belongs to: the nearest enclosing name that is a
+  /// cell ("<m>.weight" of "<m>.weight.absmax"), or the "weight" of the nearest enclosing module
+  /// ("<m>.SCB"); the CPU when none is found or that weight goes to disk.
+  Device owner_device(const std::string& name, const std::string& file) const {
+    for (std::string p = name; p.rfind('.') != std::string::npos;) {
+      p.resize(p.rfind('.'));
+      for (const std::string& c : {p, p + ".weight"}) {
+        if (const auto it = cells_.find(c); it != cells_.end()) {
+          const Placement where = placement_of(c, it->second->data, file);
+          return where.is_disk() ? Device::cpu() : where.device();
+        }
+      }
+    }
+    return Device::cpu();
   }
 
   Placement placement_of(const std::string& name, const Tensor& old, const std::string& file) const {

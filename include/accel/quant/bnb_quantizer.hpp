@@ -44,12 +44,12 @@
 // - dequantize() gives a Conv1D back for a layer that was one (transformers: a Linear).
 // - get_keys_to_not_convert has no base-model exception (modules carry no base_model_prefix): the
 //   last child of a base model is then kept float too.
-// - The loader asks the quantizer only about names the model has (load_checkpoint.hpp), so the
-//   4-bit state tensors ("<m>.weight.absmax", ...) are read in preprocess_model and reported as
-//   unexpected by the loader; update_unexpected_keys (transformers' hook) removes them, and
-//   load_and_quantize_model applies it. check_if_quantized_param / create_quantized_param also
-//   accept those names, buffering them per layer until the layer is complete, for a loader that
-//   passes them on.
+// - preprocess_model reads the checkpoint's state tensors ("<m>.weight.absmax", ...): a
+//   pre-quantized file decides which layers are swapped. The loader also offers them to
+//   check_if_quantized_param / create_quantized_param as it meets them (load_checkpoint.hpp), which
+//   buffer them per layer until the layer is complete, so a packed weight met before its state
+//   waits for it; update_unexpected_keys (transformers' hook) keeps them out of the unexpected
+//   keys of a loader that does not offer them.
 #pragma once
 
 #include <algorithm>
