@@ -565,16 +565,20 @@ TEST_CASE("state tensors handed to create_quantized_param after their weight com
   for (const auto& name : f.keys()) {  // sorted, as transformers writes them
     if (q.check_if_quantized_param(root, f.tensor(name), name)) q.create_quantized_param(root, f.tensor(name), name, Device::cpu());
   }
-  std::size_t built = 0;
-  for (const auto& [n, m] : root.named_modules()) {
-    if (auto* l = dynamic_cast<Linear4bit*>(m)) {
-      REQUIRE(l->quant_state());
-      const auto& want = dynamic_cast<Linear4bit&>(p.model->module().get_submodule(n));
-      CHECK(l->dequantized_weight().to_vector<float>() == want.dequantized_weight().to_vector<float>());
-      ++built;
+  // Every Linear4bit of `built` holds the weight the saved model had.
+  const auto layers_match = [&](nn::Module& built) {
+    std::size_t count = 0;
+    for (const auto& [n, m] : built.named_modules()) {
+      if (auto* l = dynamic_cast<Linear4bit*>(m)) {
+        REQUIRE(l->quant_state());
+        const auto& want = dynamic_cast<Linear4bit&>(p.model->module().get_submodule(n));
+        CHECK(l->dequantized_weight().to_vector<float>() == want.dequantized_weight().to_vector<float>());
+        ++count;
+      }
     }
-  }
-  CHECK(built == 14);
+    CHECK(count == 14);
+  };
+  layers_match(root);
 
   // load_checkpoint_in_model offers the state tensors the model has no cells for the same way:
   // the quantizer below has dropped what its preprocess_model read, so every layer's state comes
@@ -591,16 +595,7 @@ TEST_CASE("state tensors handed to create_quantized_param after their weight com
                                                     {.show_progress = false, .quantizer = dispatch::AnyQuantizer(std::move(q2))});
   CHECK(r.unexpected_keys.empty());
   CHECK(r.missing_keys.empty());
-  built = 0;
-  for (const auto& [n, m] : lm2->module().named_modules()) {
-    if (auto* l = dynamic_cast<Linear4bit*>(m)) {
-      REQUIRE(l->quant_state());
-      const auto& want = dynamic_cast<Linear4bit&>(p.model->module().get_submodule(n));
-      CHECK(l->dequantized_weight().to_vector<float>() == want.dequantized_weight().to_vector<float>());
-      ++built;
-    }
-  }
-  CHECK(built == 14);
+  layers_match(lm2->module());
   // A GPU placement quantizes on the CPU and moves the bytes there: tests/cuda_kernels runs it.
 }
 

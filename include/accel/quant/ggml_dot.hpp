@@ -432,8 +432,8 @@ ACCEL_TARGET_AVX512_VNNI inline void q4_k_group(const std::uint8_t* blk0, std::s
 }
 
 /// Q4_K for up to four activation rows, four super-blocks a step (q4_k_group); dot_q4_k is this
-/// with one row. Against ggml's AVX2 kernel with the weights in L2, one thread: 5.7 against
-/// 8.6 ns a super-block (the 256-bit kernel this replaced: 8.2).
+/// with one row. Against ggml's AVX2 kernel with the weights in L2, one thread: 5.5 against
+/// 8.4 ns a super-block (the 256-bit kernel this replaced: 8.2).
 template <int R>
 [[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_q4_k_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                             float* out) noexcept {
