@@ -369,6 +369,15 @@ ACCEL_TARGET_AVX512_VNNI inline __m256i scaled_dot_k(const __m256i* u, const __m
   return sumi;
 }
 
+/// Prefetches `Lines` cache lines 4 KB past `p`: the next rows' weights, for the one-row kernels
+/// that stream a matrix from L3 or DRAM (Q4_K, 4096 x 14336, 2 threads, an Intel Xeon: 0.85 ->
+/// 0.70-0.81 ms).
+template <int Lines>
+ACCEL_TARGET_AVX512_VNNI inline void prefetch_ahead(const void* p) noexcept {
+#pragma GCC unroll 16
+  for (int line = 0; line < Lines; ++line) _mm_prefetch(static_cast<const char*>(p) + 4096 + 64 * line, _MM_HINT_T0);
+}
+
 /// 128-bit lane I of `v`, four times (the shuffle's immediate must be a constant expression).
 template <int I>
 ACCEL_TARGET_AVX512_VNNI inline __m512i lane_x4(__m512i v) noexcept {
@@ -443,7 +452,10 @@ template <int R>
   const auto* p = reinterpret_cast<const std::uint8_t*>(w);
   const std::size_t blocks = n / 256;
   std::size_t b = 0;
-  for (; b + 4 <= blocks; b += 4) q4_k_group<R, 4>(p + b * sizeof(io::block_q4_k), b, x, acc);
+  for (; b + 4 <= blocks; b += 4) {
+    prefetch_ahead<9>(p + b * sizeof(io::block_q4_k));  // four blocks: 576 bytes
+    q4_k_group<R, 4>(p + b * sizeof(io::block_q4_k), b, x, acc);
+  }
   const auto* tail = p + b * sizeof(io::block_q4_k);
   switch (blocks - b) {
     case 3: q4_k_group<R, 3>(tail, b, x, acc); break;
@@ -479,6 +491,7 @@ template <int R>
                                            0x0002000200020002ll);
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
+    prefetch_ahead<4>(blk);
     __m512i u[4];  // u[k]: elements 64k .. 64k + 63
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {

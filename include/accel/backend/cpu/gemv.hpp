@@ -92,13 +92,17 @@ inline void gemv_bf16(const std::uint16_t* xb, std::int64_t m, std::int64_t k, c
   auto row_ptr = [&](std::size_t r) { return reinterpret_cast<const std::uint16_t*>(w + r * row_bytes); };
   if (m == 1) {
     // One activation row (decoding): the weights are read row after row, one sequential stream
-    // per thread, which the hardware prefetchers follow at full speed; four interleaved row
-    // streams, as below, each a few KB long, read about a quarter slower here.
+    // per thread; four interleaved row streams, as below, each a few KB long, read about a quarter
+    // slower on Zen 4. The stream is prefetched 4 KB ahead: on an Intel Xeon with the weights in
+    // its L3 (4096 x 14336, 2 threads) that took 2.7-3.2 ms to 2.4-2.7 ms (not measured on Zen 4).
     for (; j < j1; ++j) {
       const std::uint16_t* r = row_ptr(j);
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       std::int64_t kk = 0;
       for (; kk + 128 <= kfull; kk += 128) {
+        const char* ahead = reinterpret_cast<const char*>(r + kk) + gemv_prefetch_bytes;
+#pragma GCC unroll 4
+        for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
         a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
         a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk + 32), (__m512bh)_mm512_loadu_si512(r + kk + 32));
         a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(xb + kk + 64), (__m512bh)_mm512_loadu_si512(r + kk + 64));
