@@ -217,11 +217,6 @@ ACCEL_TARGET_AVX512_VNNI inline float hsum(__m512 v) noexcept {
   const __m256 hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
   return hsum(_mm256_add_ps(lo, hi));
 }
-ACCEL_TARGET_AVX512_VNNI inline int hsum_i32(__m256i v) noexcept {
-  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
-}
 /// The two nibbles of 16 bytes as 32 bytes: low nibbles first (elements 0..15), then high.
 ACCEL_TARGET_AVX512_VNNI inline __m256i nibbles(const std::uint8_t* q) noexcept {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
@@ -340,6 +335,7 @@ template <int R, bool Q4, int W = 1>
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 /// Four Q4_K super-blocks' first sixteen bytes (d, dmin, then the twelve bytes of six-bit scales
 /// and mins in io::k4_scales_mins' packing), one block per 128-bit lane, as per lane: the eight
@@ -354,19 +350,6 @@ ACCEL_TARGET_AVX512_VNNI inline __m512i k4_scales_mins(__m512i head) noexcept {
   const __m512i high = _mm512_and_si512(_mm512_srli_epi16(main, 4), _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
   const __m512i top2 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(tops, 6), _mm512_set1_epi8(3)), 4);
   return _mm512_or_si512(_mm512_or_si512(low, high), top2);
-}
-
-/// A K-type super-block's integer dot product: its eight 32-element runs of unsigned codes `u`
-/// against the Q8_K activation `xq` (VPMADDUBSW), each run's 16-bit pair sums times its scale
-/// vector (VPDPWSSD), summed in eight int32 lanes.
-ACCEL_TARGET_AVX512_VNNI inline __m256i scaled_dot_k(const __m256i* u, const __m256i* scale, const std::int8_t* xq) noexcept {
-  __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * i));
-    sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(u[i], xv), scale[i]);
-  }
-  return sumi;
 }
 
 /// Prefetches `Lines` cache lines 4 KB past `p`: the next rows' weights, for the one-row kernels
