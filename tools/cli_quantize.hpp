@@ -1,14 +1,17 @@
-// accel quantize IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json | --quiet] [--progress]
+// accel quantize IN_DIR OUT_DIR --scheme nf4|fp4|int8|quanto-int8|quanto-int4|quanto-int2|quanto-float8
+//                [--double-quant] [--dtype DTYPE] [--json | --quiet] [--progress]
 //
 //   QuantizeRequest r = parse_quantize_request(args);
-//   QuantizeResult  q = compute_quantize(r);       the model loaded with BnbQuantizer, saved as transformers saves it
+//   QuantizeResult  q = compute_quantize(r);       the model quantized on load, saved as its library saves it
 //   render_quantize(r, q);
 //
 // Quantizes a Hugging Face model folder on load (bitsandbytes' NF4 / FP4, with --double-quant the
-// absmax quantized again, or LLM.int8) and writes OUT_DIR in transformers' layout: model.safetensors
-// with each quantized weight's state tensors beside it, config.json with "quantization_config", and
-// the folder's tokenizer.json / generation_config.json / tokenizer_config.json copied. The folder
-// loads back here (`accel run OUT_DIR`) and in transformers. Each float weight is quantized as it
+// absmax quantized again, or LLM.int8; or one of Quanto's weight types) and writes OUT_DIR as the
+// library saves it: bitsandbytes in transformers' layout (model.safetensors with each quantized
+// weight's state tensors beside it), Quanto as Diffusers saves a Quanto model (optimum-quanto's
+// tensors, quant/quanto.hpp); config.json with "quantization_config", and the folder's
+// tokenizer.json / generation_config.json / tokenizer_config.json copied. The folder loads back
+// here (`accel run OUT_DIR`), in transformers (bitsandbytes) and Diffusers (Quanto). Each float weight is quantized as it
 // streams in, so memory holds the quantized bytes plus one tensor. The float dtype (what the kept
 // layers hold and what weights are rounded to before quantizing) is --dtype, else config.json's.
 // `bnb_scheme_config` is also what `accel run --quantize` uses for nf4 / fp4 / int8, and
@@ -31,6 +34,7 @@
 #include "accel/io/checkpoint_files.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
+#include "accel/quant/quanto.hpp"
 #include "accel/quant/torchao.hpp"
 #include "cli_command.hpp"
 #include "cli_common.hpp"
@@ -99,6 +103,20 @@ inline bool is_bnb_quantized(const nlohmann::json& config) {
   return it != config.end() && quant::detail::has_quant_method(*it, "bitsandbytes");
 }
 
+/// True when `config` says its checkpoint was saved quantized by Quanto.
+inline bool is_quanto_quantized(const nlohmann::json& config) {
+  const auto it = config.find("quantization_config");
+  return it != config.end() && quant::detail::has_quant_method(*it, "quanto");
+}
+
+/// The Quanto weight type of an `accel quantize --scheme quanto-TYPE`, or nullopt for another scheme.
+inline std::optional<std::string> quanto_scheme(const std::string& scheme) {
+  for (const char* t : {"int8", "int4", "int2", "float8"}) {
+    if (scheme == std::string("quanto-") + t) return std::string(t);
+  }
+  return std::nullopt;
+}
+
 /// What `accel quantize` was asked.
 struct QuantizeRequest {
   std::filesystem::path in, out;
@@ -133,7 +151,14 @@ inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
   r.quiet = args.flag("--quiet");
   r.progress = args.flag("--progress");
   if (r.json && r.quiet) throw UsageError("--json and --quiet exclude each other");
-  (void)bnb_scheme_config("--scheme", r.scheme, r.double_quant, DType::f32);  // usage errors before any file is read
+  // Usage errors before any file is read.
+  if (quanto_scheme(r.scheme)) {
+    if (r.double_quant) throw UsageError("--scheme " + r.scheme + ": --double-quant applies to nf4 and fp4 only");
+  } else if (r.scheme.starts_with("quanto")) {
+    throw UsageError("--scheme: '" + r.scheme + "' is not a Quanto scheme here (quanto-int8, quanto-int4, quanto-int2, quanto-float8)");
+  } else {
+    (void)bnb_scheme_config("--scheme", r.scheme, r.double_quant, DType::f32);
+  }
   std::error_code ec;
   if (std::filesystem::equivalent(r.in, r.out, ec)) throw UsageError("OUT_DIR must not be IN_DIR");
   return r;
@@ -144,25 +169,32 @@ inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
   QuantizeResult q;
   const nlohmann::json config = dispatch::read_model_config(r.in);
   if (dispatch::is_gguf_model(r.in)) throw UsageError(r.in.string() + ": a GGUF file is quantized already; give a model folder");
-  if (is_bnb_quantized(config)) throw ValueError((r.in / "config.json").string() + ": the model is quantized already");
+  if (config.contains("quantization_config")) {
+    throw ValueError((r.in / "config.json").string() + ": the model is quantized already");
+  }
   const DType dtype = r.dtype.value_or(dispatch::detail::config_dtype(config, (r.in / "config.json").string()).value_or(DType::f32));
-  quant::BnbQuantizer quantizer(bnb_scheme_config("--scheme", r.scheme, r.double_quant, dtype));
+  const std::optional<std::string> quanto = quanto_scheme(r.scheme);
+  const quant::BitsAndBytesConfig bnb = quanto ? quant::BitsAndBytesConfig{} : bnb_scheme_config("--scheme", r.scheme, r.double_quant, dtype);
+  const dispatch::AnyQuantizer quantizer = quanto ? dispatch::AnyQuantizer(quant::QuantoQuantizer({.weights_dtype = *quanto}))
+                                                  : dispatch::AnyQuantizer(quant::BnbQuantizer(bnb));
   reset_peak_memory_stats(Device::cpu());
   ByteProgressBar bar("Quantizing", progress_wanted(r.progress, r.quiet) ? &std::cerr : nullptr);
   auto p = dispatch::load_pretrained_causal_lm(r.in, {.dtype = dtype, .show_progress = false, .progress = bar.callback(),
-                                                      .quantizer = dispatch::AnyQuantizer(quantizer)});
+                                                      .quantizer = quantizer});
   bar.finish();
   q.model_type = p.model->info().model_type;
   q.dtype = p.dtype;
-  for (const nn::Module* m : p.model->module().modules()) {
-    q.swapped += m->class_name() == "Linear4bit" || m->class_name() == "Linear8bitLt";
-  }
+  q.swapped = count_quantized_layers(p.model->module());
   for (const auto& f : io::resolve_checkpoint_files(io::resolve_checkpoint_folder(r.in).path.string())) {
     q.input_bytes += static_cast<double>(std::filesystem::file_size(f));
   }
   nlohmann::json out_config = config;
   out_config["torch_dtype"] = std::string(dtype_name(dtype));
-  quant::save_bnb_model(p.model->module(), out_config, r.out, quantizer.config());
+  if (quanto) {
+    quant::save_quanto_model(p.model->module(), out_config, r.out, dtype);
+  } else {
+    quant::save_bnb_model(p.model->module(), out_config, r.out, bnb);
+  }
   for (const char* extra : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"}) {
     std::error_code ec;
     if (std::filesystem::is_regular_file(r.in / extra, ec)) {
@@ -209,11 +241,14 @@ inline int run_quantize(const ParsedArgs& args) {
 inline Command quantize_command() {
   return {
       .name = "quantize",
-      .summary = "quantize a model folder with bitsandbytes' NF4 / FP4 / int8, saved as transformers saves it",
-      .usage = "IN_DIR OUT_DIR --scheme nf4|fp4|int8 [--double-quant] [--dtype DTYPE] [--json | --quiet] [--progress]",
+      .summary = "quantize a model folder with bitsandbytes (NF4 / FP4 / int8) or Quanto, saved as its library saves it",
+      .usage = "IN_DIR OUT_DIR --scheme nf4|fp4|int8|quanto-int8|quanto-int4|quanto-int2|quanto-float8 [--double-quant]\n"
+               "       [--dtype DTYPE] [--json | --quiet] [--progress]",
       .positionals = {{.name = "IN_DIR", .help = "a Hugging Face model folder (config.json + checkpoint)"},
                       {.name = "OUT_DIR", .help = "where the quantized folder is written (created)"}},
-      .options = {{.name = "--scheme", .placeholder = "SCHEME", .help = "nf4, fp4 (4-bit, blocks of 64) or int8 (LLM.int8)",
+      .options = {{.name = "--scheme", .placeholder = "SCHEME",
+                   .help = "nf4, fp4 (4-bit, blocks of 64) or int8 (LLM.int8): bitsandbytes; quanto-int8,\n"
+                           "quanto-float8 (per output row), quanto-int4, quanto-int2 (groups of 128): Quanto",
                    .required = true},
                   {.name = "--double-quant", .help = "quantize the 4-bit absmax again (8-bit, blocks of 256)"},
                   {.name = "--dtype", .placeholder = "DTYPE",
@@ -222,8 +257,9 @@ inline Command quantize_command() {
                   {.name = "--json", .help = "one JSON object: scheme, layers_quantized, input_bytes, output_bytes, peak_bytes"},
                   {.name = "--quiet", .help = "print nothing but errors (no summary, no progress)"},
                   {.name = "--progress", .help = "a progress bar on stderr even when it is not a terminal"}},
-      .details = "The output folder loads back with `accel run OUT_DIR` and in transformers (quantization_config\n"
-                 "in config.json). The output head and weights tied to the embedding stay float.",
+      .details = "The output folder loads back with `accel run OUT_DIR`, and in transformers (bitsandbytes) or\n"
+                 "Diffusers (Quanto): quantization_config in config.json. The output head and weights tied to the\n"
+                 "embedding stay float.",
       .run = run_quantize,
   };
 }

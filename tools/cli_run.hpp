@@ -383,8 +383,8 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     lo.quantizer = quant::GgufQuantizer({.compute_dtype = compute});
     if (req.quantize) throw UsageError("--quantize: " + req.model_dir.string() + " is a GGUF file, quantized already");
   } else {
-    // Quantized on load (--quantize), or a bitsandbytes folder saved quantized. The float layers
-    // keep the config's dtype (bitsandbytes' own default would be float16, TorchAO's bfloat16).
+    // Quantized on load (--quantize), or a bitsandbytes or Quanto folder saved quantized. The float
+    // layers keep the config's dtype (bitsandbytes' own default would be float16, TorchAO's bfloat16).
     const nlohmann::json config = dispatch::read_model_config(req.model_dir);
     const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
     if (req.quantize) {
@@ -395,6 +395,9 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
       lo.dtype = dtype;
     } else if (is_bnb_quantized(config)) {
       lo.quantizer = quant::BnbQuantizer::from_model_config(config);
+      lo.dtype = dtype;
+    } else if (is_quanto_quantized(config)) {
+      lo.quantizer = quant::QuantoQuantizer::from_model_config(config);
       lo.dtype = dtype;
     }
   }

@@ -11,6 +11,9 @@ Usage: check_quantize.py ACCEL MODELS_DIR WORK_DIR
     model quantized on load);
   - `accel inspect OUT --json` lists every quantized weight with its scheme and logical shape, and
     `accel inspect OUT --dequantize W --out F` writes W in its logical shape, near the float weight;
+  each Quanto type: `accel quantize --scheme quanto-T` writes Diffusers' layout (optimum-quanto's
+  tensors, quantization_config with quant_method quanto) and `accel run OUT` runs it as stored
+  (int8: the float model's greedy tokens);
   `accel run --quantize` with the GGUF and TorchAO schemes: the 8-bit ones (q8_0, fp8) give the
   float model's greedy tokens, the 4-bit ones (q4_0, int4-g128, int4-g32) quantize layers and
   generate (their logit bounds are the library tests'), placed across CPU and disk they give the
@@ -138,6 +141,36 @@ def main():
                                    "--json"), f"{tag}: run --quantize")
             check(saved.get("generated_ids") == onload.get("generated_ids") and saved.get("generated_ids"),
                   f"{tag}: saved {saved.get('generated_ids')} != on load {onload.get('generated_ids')}")
+
+    # Quanto: saved as Diffusers saves it (optimum-quanto's tensors), run as stored; the 8-bit types
+    # give the float model's greedy tokens.
+    for name in ("tiny_llama", "tiny_gpt2"):
+        src = models / name
+        base = as_json(accel(binary, "run", src, "--ids", "3,1,4,1,5", "--max-new-tokens", 8, "--json"), f"{name}: float run")
+        for wd in ("int8", "int4", "int2", "float8"):
+            tag = f"{name} quanto-{wd}"
+            out = work / f"{name}_quanto_{wd}"
+            q = as_json(accel(binary, "quantize", src, out, "--scheme", f"quanto-{wd}", "--json"), f"{tag}: quantize")
+            check(q.get("layers_quantized", 0) > 0, f"{tag}: layers quantized {q.get('layers_quantized')}")
+            qc = json.loads((out / "config.json").read_text()).get("quantization_config", {})
+            check(qc.get("quant_method") == "quanto" and qc.get("weights_dtype") == wd, f"{tag}: quantization_config {qc}")
+            h = header(out / "model.safetensors")
+            data = ".weight._data" if wd in ("int8", "float8") else ".weight._data._data"
+            layers = [k[: -len(".weight._scale")] for k in h if k.endswith(".weight._scale")]
+            check(len(layers) == q.get("layers_quantized"), f"{tag}: one _scale per layer: {len(layers)}")
+            for l in layers:
+                want = {"int8": "I8", "float8": "F8_E4M3"}.get(wd, "U8")
+                check(h.get(l + data, {}).get("dtype") == want, f"{tag}: {l}{data}: {h.get(l + data)}")
+                check((l + ".weight._shift" in h) == (wd in ("int4", "int2")), f"{tag}: {l}: _shift for int4 / int2 only")
+                check(l + ".input_scale" in h and l + ".output_scale" in h and l + ".weight" not in h,
+                      f"{tag}: {l}: activation scales, no float weight")
+            run = as_json(accel(binary, "run", out, "--ids", "3,1,4,1,5", "--max-new-tokens", 8, "--json"), f"{tag}: run OUT")
+            got = run.get("generated_ids", [])
+            check(0 < len(got) <= 8, f"{tag}: tokens {got}")  # int2 may meet the end token early
+            if wd == "int8":
+                check(got == base.get("generated_ids"), f"{tag}: {got} != float {base.get('generated_ids')}")
+    bad = accel(binary, "quantize", models / "tiny_llama", work / "x", "--scheme", "quanto-int3")
+    check(bad.returncode == 2 and "quanto-int4" in bad.stderr, f"unknown Quanto scheme: {bad.stderr.strip()}")
 
     # GGUF blocks and TorchAO schemes on load. 8 tokens: fp8 leaves tiny_llama's greedy path at the 10th.
     for name in ("tiny_llama", "tiny_gpt2"):

@@ -542,6 +542,82 @@ TEST_CASE("load_and_quantize_model: Accelerate's function on a meta model", "[bn
       ValueError);
 }
 
+TEST_CASE("load_and_quantize_model: quantized layers on disk, int8 with its SCB beside it", "[bnb]") {
+  // Accelerate offloads an 8-bit weight with its SCB; a 4-bit layer goes to disk too (its quant
+  // state in memory). The hooks read the codes back per call: the logits of the model in memory.
+  const auto config = read_json(model_dir("tiny_llama") / "config.json");
+  auto build = [&] {
+    auto guard = nn::init_empty_weights(false);
+    return models::causal_lm_from_hf_config(config, DType::f32);
+  };
+  const std::string weights = io::resolve_checkpoint_folder(model_dir("tiny_llama")).path.string();
+  plan::DeviceMap half;
+  for (const char* m : {"model.embed_tokens", "model.rotary_emb", "model.layers.0", "model.norm", "lm_head"})
+    half.set(m, Placement::cpu());
+  half.set("model.layers.1", Placement::disk());
+  const std::string up = "model.layers.1.mlp.up_proj";
+  for (const bool eight : {true, false}) {
+    INFO((eight ? "int8" : "nf4"));
+    const BnbQuantizationConfig c = eight ? BnbQuantizationConfig{.load_in_8bit = true}
+                                          : BnbQuantizationConfig{.load_in_4bit = true,
+                                                                  .bnb_4bit_quant_type = BnbQuantType::nf4,
+                                                                  .bnb_4bit_compute_dtype = DType::f32};
+    auto mem = build();
+    const auto r_mem = load_and_quantize_model(mem->module(), c, weights, {.show_progress = false});
+    const auto want = mem->logits(prompt()).to_vector<float>();
+    accel_test::TempDir dir;
+    const std::string off = (dir.path / "offload").string();
+    auto lm = build();
+    const auto r = load_and_quantize_model(lm->module(), c, weights,
+                                           {.device_map = half, .offload_folder = off, .show_progress = false});
+    CHECK(r.swapped == r_mem.swapped);
+    CHECK(r.load.missing_keys.empty());
+    CHECK(lm->module().get_submodule(up).class_name() == (eight ? "Linear8bitLt" : "Linear4bit"));
+    CHECK(lm->module().get_parameter(up + ".weight").is_meta());
+    const io::OffloadIndex index = io::read_offload_index(off);
+    REQUIRE(index.contains(up + ".weight"));
+    CHECK(index.at(up + ".weight").at("dtype") == (eight ? "int8" : "uint8"));
+    if (eight) {
+      REQUIRE(index.contains(up + ".SCB"));
+      CHECK(index.at(up + ".SCB").at("dtype") == "float32");
+      CHECK(io::load_offload_entry(up + ".SCB", index.at(up + ".SCB"), off).to_vector<float>() ==
+            mem->module().get_buffer(up + ".SCB").to_vector<float>());
+      CHECK(io::load_offload_entry(up + ".weight", index.at(up + ".weight"), off).to_vector<std::int8_t>() ==
+            mem->module().get_parameter(up + ".weight").to_vector<std::int8_t>());
+    }
+    CHECK_FALSE(index.contains("model.layers.0.mlp.up_proj.weight"));
+    CHECK(lm->logits(prompt()).to_vector<float>() == want);
+
+    // The same layers saved quantized, then loaded with the same map: taken as stored, to disk.
+    accel_test::TempDir saved;
+    save_bnb_model(mem->module(), config, saved.path);
+    const std::string off2 = (saved.path / "offload").string();
+    auto again = build();
+    const auto r2 = load_and_quantize_model(again->module(), c, saved.file("model.safetensors"),
+                                            {.device_map = half, .offload_folder = off2, .show_progress = false});
+    CHECK(r2.load.missing_keys.empty());
+    CHECK(r2.load.unexpected_keys.empty());
+    CHECK(again->module().get_parameter(up + ".weight").is_meta());
+    CHECK(io::read_offload_index(off2).contains(up + ".weight"));
+    CHECK(again->logits(prompt()).to_vector<float>() == want);
+
+    // A strategy under three quarters of the quantized model's bytes (a quarter is the largest
+    // layer kept back) sends quantized layers to disk.
+    std::int64_t bytes = 0;
+    for (const auto& [n, t] : mem->module().named_parameters()) bytes += static_cast<std::int64_t>(t.nbytes());
+    plan::MaxMemory small;
+    small.add(Placement::cpu(), ByteSize(bytes * 3 / 4));
+    auto planned = build();
+    const auto r3 = load_and_quantize_model(planned->module(), c, weights,
+                                            {.device_map = std::string("sequential"), .max_memory = small,
+                                             .offload_folder = (dir.path / "offload3").string(), .show_progress = false});
+    bool disk = false;
+    for (const auto& [k, p] : r3.device_map) disk |= p.is_disk() && k.starts_with("model.layers.");
+    CHECK(disk);
+    CHECK(planned->logits(prompt()).to_vector<float>() == want);
+  }
+}
+
 TEST_CASE("state tensors handed to create_quantized_param after their weight complete the layer", "[bnb]") {
   // What a loader that passes every checkpoint name to the quantizer does: the packed weight waits
   // for its quant_state (which sorts after it), then the layer is built.

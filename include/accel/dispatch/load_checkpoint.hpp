@@ -105,11 +105,12 @@ struct LoadCheckpointOptions {
   /// Consulted for every checkpoint tensor (dispatch/quantizer.hpp): a tensor it claims is stored by
   /// its create_quantized_param on the tensor's device instead of being set as is; a claimed name
   /// the model has no cell for (a state tensor such as "<m>.weight.absmax") goes to it on the
-  /// device of the weight it belongs to, and is not unexpected. The model must
-  /// already be its preprocess_model's output. A weight quantized on load and placed on "disk" is
-  /// quantized on the CPU and the tensors it fills in its layer go to offload_folder (a checkpoint
-  /// stored quantized cannot be placed on disk that way: a ValueError). Not in Accelerate's signature
-  /// (transformers and Diffusers thread it through their own loading loop).
+  /// device of the weight it belongs to, and is not unexpected. The model must already be its
+  /// preprocess_model's output. A quantized layer placed on "disk" (its weight quantized on load,
+  /// or stored quantized) is filled on the CPU, then the tensors the quantizer filled in its cells
+  /// go to offload_folder, a bitsandbytes int8 weight with its SCB beside it as Accelerate writes
+  /// them. Not in Accelerate's signature (transformers and Diffusers thread it through their own
+  /// loading loop).
   std::optional<AnyQuantizer> quantizer{};
 };
 
@@ -223,32 +224,37 @@ class CheckpointLoader {
                        ", which " + o_.quantizer->name() + " cannot store in the model's " + old.shape().str());
     }
     const Placement where = placement_of(name, old, file);
-    if (where.is_disk() && o_.quantizer->pre_quantized()) {
-      throw ValueError("loading '" + file + "': tensor '" + name + "' is stored quantized for " + o_.quantizer->name() +
-                       " and placed on disk; such weights are placed on a GPU or the CPU");
-    }
     loaded_.insert(cell);
     if (materialised_.count(cell)) return;
     if (where.is_disk()) {
-      quantize_to_disk(name, value);
+      o_.quantizer->create_quantized_param(model_, value, name, Device::cpu());
+      offload_filled(owner_of(name));
       return;
     }
     o_.quantizer->create_quantized_param(model_, value, name, where.device());
     if (!where.device().is_meta()) materialised_.insert(cell);
   }
 
-  /// A weight quantized on load and placed on disk: quantized on the CPU, then every parameter the
-  /// quantizer filled in its layer (the codes and their scales) is written to the offload folder and
-  /// parked on meta, as a float disk weight would be; the layer's hooks read them back per call.
-  void quantize_to_disk(const std::string& name, const Tensor& value) {
-    o_.quantizer->create_quantized_param(model_, value, name, Device::cpu());
-    const auto dot = name.rfind('.');
-    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
-    for (auto& [leaf, p] : model_.get_submodule(owner).named_parameter_cells("", /*recurse=*/false)) {
+  /// A quantized layer placed on disk, once the quantizer has filled it on the CPU (a weight
+  /// quantized on load at once; a stored one when its state has arrived): its parameters (codes,
+  /// packed bytes, scales) go to the offload folder and are parked on meta, as a float disk
+  /// weight's are, and the layer's hooks read them back per call. Its buffers (bitsandbytes' SCB,
+  /// a float per output row) are written beside them, as Accelerate offloads SCB with an int8
+  /// weight, and stay in memory too, offload_buffers or not: the quantizer that filled them
+  /// answers for them (update_missing_keys). State kept outside the module's cells (a 4-bit quant
+  /// state) stays in memory. Called again as later state tensors arrive: what is on meta or
+  /// written is skipped.
+  void offload_filled(const std::string& owner) {
+    const nn::Module& m = model_.get_submodule(owner);
+    auto full = [&](const std::string& leaf) { return owner.empty() ? leaf : owner + "." + leaf; };
+    for (auto& [leaf, p] : m.named_parameter_cells("", /*recurse=*/false)) {
       if (!p->data.defined() || p->data.is_meta()) continue;
-      const std::string full = owner.empty() ? leaf : owner + "." + leaf;
-      io::offload_weight(p->data, full, *o_.offload_folder, offload_index_);
+      io::offload_weight(p->data, full(leaf), *o_.offload_folder, offload_index_);
       p->data = Tensor::empty(p->data.shape(), p->data.dtype(), Device::meta());
+    }
+    for (auto& [leaf, p] : m.named_buffer_cells("", /*recurse=*/false)) {
+      if (!p->data.defined() || p->data.is_meta() || offload_index_.contains(full(leaf))) continue;
+      io::offload_weight(p->data, full(leaf), *o_.offload_folder, offload_index_);
     }
   }
 
@@ -282,7 +288,11 @@ class CheckpointLoader {
       // A backend's state tensor (bitsandbytes' "<m>.weight.absmax", ...): the model has no cell
       // for it; the backend stores it beside its layer's weight, on that weight's device.
       if (o_.quantizer && o_.quantizer->check_if_quantized_param(model_, value, name)) {
-        o_.quantizer->create_quantized_param(model_, value, name, owner_device(name, file));
+        // On the device of the weight it belongs to (the CPU when none is found).
+        const std::optional<std::string> weight = owner_cell(name);
+        const Placement where = weight ? placement_of(*weight, cells_.at(*weight)->data, file) : Placement::cpu();
+        o_.quantizer->create_quantized_param(model_, value, name, where.is_disk() ? Device::cpu() : where.device());
+        if (where.is_disk()) offload_filled(owner_of(*weight));
         return;
       }
       if (unexpected_seen_.insert(name).second) result_.unexpected_keys.push_back(name);
@@ -295,8 +305,7 @@ class CheckpointLoader {
       return;
     }
     if (old.defined() && old.shape() != value.shape()) {
-      const auto dot = name.rfind('.');
-      const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+      const std::string owner = owner_of(name);
       throw ShapeError("loading '" + file + "': tensor '" + name + "' has shape " + value.shape().str() +
                        " in the checkpoint but shape " + old.shape().str() + " in the model (module '" + owner + "', " +
                        model_.get_submodule(owner).class_name() + ")");
@@ -332,20 +341,21 @@ class CheckpointLoader {
     if (!device.is_meta()) materialised_.insert(cell);
   }
 
-  /// The device of the weight a state tensor belongs to: the nearest enclosing name that is a
-  /// cell ("<m>.weight" of "<m>.weight.absmax"), or the "weight" of the nearest enclosing module
-  /// ("<m>.SCB"); the CPU when none is found or that weight goes to disk.
-  Device owner_device(const std::string& name, const std::string& file) const {
+  /// The weight a state tensor belongs to: the nearest enclosing name that is a cell ("<m>.weight"
+  /// of "<m>.weight.absmax"), or the "weight" of the nearest enclosing module ("<m>.SCB").
+  std::optional<std::string> owner_cell(const std::string& name) const {
     for (std::string p = name; p.rfind('.') != std::string::npos;) {
       p.resize(p.rfind('.'));
       for (const std::string& c : {p, p + ".weight"}) {
-        if (const auto it = cells_.find(c); it != cells_.end()) {
-          const Placement where = placement_of(c, it->second->data, file);
-          return where.is_disk() ? Device::cpu() : where.device();
-        }
+        if (cells_.count(c)) return c;
       }
     }
-    return Device::cpu();
+    return std::nullopt;
+  }
+  /// The module holding the cell `name`.
+  static std::string owner_of(const std::string& name) {
+    const auto dot = name.rfind('.');
+    return dot == std::string::npos ? "" : name.substr(0, dot);
   }
 
   Placement placement_of(const std::string& name, const Tensor& old, const std::string& file) const {

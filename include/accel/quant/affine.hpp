@@ -89,14 +89,26 @@ inline void dequantize_affine_row(const AffineSchemeInfo& info, const AffineWeig
 }  // namespace detail
 
 /// Quantizes a float32 [out, in] weight (see the header comment); `group` is used by the grouped
-/// schemes (0: the scheme's default). ValueError for a non-positive group, ShapeError for a weight
-/// that is not 2-d.
-inline AffineWeight quantize_affine(AffineScheme s, const Tensor& weight, std::int64_t group = 0) {
+/// schemes (0: the scheme's default). `compute`: the float dtype the arithmetic is rounded to after
+/// each step (the weight, the range, the scale, the scaled value), as a library computing on
+/// weights of that dtype rounds it: Quanto computes scales and codes in the weight's dtype. Scales
+/// and mins are then values of `compute`, held in float32. ValueError for a non-positive group,
+/// ShapeError for a weight that is not 2-d, DTypeError for a `compute` that is not float32,
+/// float16 or bfloat16.
+inline AffineWeight quantize_affine(AffineScheme s, const Tensor& weight, std::int64_t group = 0,
+                                    DType compute = DType::f32) {
   const auto& info = affine_scheme_info(s);
   if (weight.dim() != 2) throw ShapeError(std::string(info.name) + ": expected a 2-d weight, got " + weight.shape().str());
   if (group == 0) group = info.group;
   detail::check_affine_group(s, group);
-  const Tensor w = weight.to(Device::cpu(), DType::f32).contiguous();
+  if (compute != DType::f32 && compute != DType::f16 && compute != DType::bf16) {
+    throw DTypeError(std::string(info.name) + ": arithmetic in " + std::string(dtype_name(compute)) +
+                     "; expected float32, float16 or bfloat16");
+  }
+  const auto R = [compute](float v) {
+    return compute == DType::bf16 ? static_cast<float>(bfloat16(v)) : compute == DType::f16 ? static_cast<float>(half(v)) : v;
+  };
+  const Tensor w = weight.to(Device::cpu(), compute).to(DType::f32).contiguous();
   AffineWeight aw;
   aw.out = w.size(0);
   aw.in = w.size(1);
@@ -115,13 +127,13 @@ inline AffineWeight quantize_affine(AffineScheme s, const Tensor& weight, std::i
         if (info.kind == AffineKind::zero_point) {
           float lo = xr[c0], hi = xr[c0];
           for (std::int64_t c = c0; c < c1; ++c) lo = std::min(lo, xr[c]), hi = std::max(hi, xr[c]);
-          const float scale = (hi - lo) / static_cast<float>(info.qmax);
+          const float scale = R(R(hi - lo) / static_cast<float>(info.qmax));
           sc[gi] = scale;
           static_cast<float*>(aw.min.data_ptr())[r * groups + gi] = lo;
           auto* q = static_cast<std::uint8_t*>(aw.codes.data_ptr()) + r * aw.codes.size(1);
           const int per_byte = 8 / info.bits;
           for (std::int64_t c = c0; c < c1; ++c) {
-            const float v = scale > 0 ? std::nearbyint((xr[c] - lo) / scale) : 0.0f;
+            const float v = scale > 0 ? std::nearbyint(R(R(xr[c] - lo) / scale)) : 0.0f;
             const int code = static_cast<int>(std::clamp(v, 0.0f, static_cast<float>(info.qmax)));
             q[c / per_byte] = static_cast<std::uint8_t>(q[c / per_byte] | (code << (info.bits * (c % per_byte))));
           }
@@ -129,15 +141,15 @@ inline AffineWeight quantize_affine(AffineScheme s, const Tensor& weight, std::i
         }
         float amax = 0;
         for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xr[c]));
-        const float scale = amax / info.divisor;
+        const float scale = R(amax / info.divisor);
         sc[gi] = scale;
         if (info.kind == AffineKind::float8) {
           auto* q = static_cast<float8_e4m3fn*>(aw.codes.data_ptr()) + r * in;
-          for (std::int64_t c = c0; c < c1; ++c) q[c] = float8_e4m3fn(scale > 0 ? xr[c] / scale : 0.0f);
+          for (std::int64_t c = c0; c < c1; ++c) q[c] = float8_e4m3fn(scale > 0 ? std::clamp(R(xr[c] / scale), -448.0f, 448.0f) : 0.0f);
         } else {
           auto* q = static_cast<std::int8_t*>(aw.codes.data_ptr()) + r * in;
           for (std::int64_t c = c0; c < c1; ++c) {
-            const float v = scale > 0 ? std::nearbyint(xr[c] / scale) : 0.0f;
+            const float v = scale > 0 ? std::nearbyint(R(xr[c] / scale)) : 0.0f;
             q[c] = static_cast<std::int8_t>(std::clamp(v, static_cast<float>(info.qmin), static_cast<float>(info.qmax)));
           }
         }

@@ -7,13 +7,16 @@
 // so the planner sizes the codes and scales; each float weight the loader streams in is quantized
 // (quant/affine.hpp) and stored, so the CPU holds the quantized model plus one float weight at a
 // time. dequantize() restores float layers (a GPT-2 Conv1D a Conv1D) in the dtype they were built in.
+// A backend sets group_of_ (the group of a layer from its inputs) and compute_in_layer_dtype_
+// (quantize_affine's arithmetic rounded to the layer's dtype) where its library does so.
 // Differences from Diffusers: update_device_map defaults to {"": cpu} (a GPU placement quantizes on
-// the CPU and moves the codes there); the quantized layers are this library's layout, not
-// Quanto's QBytesTensor / TorchAO's AffineQuantizedTensor, and are not serializable yet.
+// the CPU and moves the codes there); the quantized layers are this library's layout (Quanto
+// saves and loads its own, quant/quanto.hpp; TorchAO's AffineQuantizedTensor is not written).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -52,9 +55,7 @@ class AffineQuantizerBase : public CpuQuantizerDefaults {
   /// Swaps the float layers on the meta model (see the header comment).
   void preprocess_model(nn::Module& model, std::span<const std::string>) {
     if (!skip_) skip_ = get_keys_to_not_convert(model);
-    layers_.swap(model, *skip_, [&](const std::string&, const FloatLinear& f) -> std::shared_ptr<nn::Module> {
-      return std::make_shared<AffineLinear>(f.in, f.out, scheme_, group_, f.has_bias, f.bias_dtype);
-    });
+    swap_layers(model, *skip_, [](const std::string&) { return true; });
   }
   bool check_if_quantized_param(const nn::Module&, const Tensor&, const std::string& name) {
     return layers_.weight_of(name) != nullptr;
@@ -68,7 +69,8 @@ class AffineQuantizerBase : public CpuQuantizerDefaults {
     const FloatLinear* f = layers_.weight_of(name);
     if (!f) throw ValueError(name_ + ": '" + name + "' is not the weight of a layer quantized on load");
     auto& layer = dynamic_cast<AffineLinear&>(model.get_submodule(name.substr(0, name.size() - 7)));
-    layer.set_quantized_weight(quantize_affine(scheme_, SwappedLayers::out_in_f32(name, value, *f), layer.group_size()),
+    layer.set_quantized_weight(quantize_affine(scheme_, SwappedLayers::out_in_f32(name, value, *f), layer.group_size(),
+                                               compute_in_layer_dtype_ ? f->weight_dtype : DType::f32),
                                device);
   }
   /// The scales (and mins) are filled with the weight: not missing when it was loaded (to a device
@@ -100,6 +102,23 @@ class AffineQuantizerBase : public CpuQuantizerDefaults {
                           it != layers_.layers().end() && it->second.conv1d);
     }
   }
+
+ protected:
+  /// Swaps the float layers outside `skip` whose path `wanted` accepts.
+  void swap_layers(nn::Module& model, const std::vector<std::string>& skip,
+                   const std::function<bool(const std::string&)>& wanted) {
+    layers_.swap(model, skip, [&](const std::string& path, const FloatLinear& f) -> std::shared_ptr<nn::Module> {
+      if (!wanted(path)) return nullptr;
+      return std::make_shared<AffineLinear>(f.in, f.out, scheme_, group_of_ ? group_of_(f.in) : group_, f.has_bias,
+                                            f.bias_dtype);
+    });
+  }
+  const SwappedLayers& layers() const noexcept { return layers_; }
+
+  /// The group of a layer with `in` inputs (unset: the constructor's group).
+  std::function<std::int64_t(std::int64_t in)> group_of_;
+  /// Quantize in the float dtype the layer was built in (quantize_affine's `compute`), not float32.
+  bool compute_in_layer_dtype_ = false;
 
  private:
   std::string name_;

@@ -91,6 +91,7 @@
 #include "accel/quant/bnb_int8.hpp"
 #include "accel/quant/bnb_linear.hpp"
 #include "accel/quant/layer_swap.hpp"
+#include "accel/quant/quantized_folder.hpp"
 
 namespace accel::quant {
 
@@ -545,34 +546,19 @@ inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
 /// without bitsandbytes layers. A saved folder loads back with BnbQuantizer::from_model_config.
 inline void save_bnb_model(const nn::Module& model, const nlohmann::json& config, const std::filesystem::path& out_dir,
                            const std::optional<BitsAndBytesConfig>& quantization_config = std::nullopt) {
-  if (!config.is_object()) throw ValueError("save_bnb_model: config must be the model's config.json object");
   const BitsAndBytesConfig qc = quantization_config ? *quantization_config : bnb_config_of(model);
   std::map<std::string, const Linear4bit*> four;
   for (const auto& [path, m] : model.named_modules()) {
     if (const auto* q = dynamic_cast<const Linear4bit*>(m)) four.emplace(path.empty() ? "weight" : path + ".weight", q);
   }
-  io::NamedTensors tensors;
-  std::set<const nn::Parameter*> seen;
-  for (const auto& [name, cell] : model.state_dict_cells()) {
-    if (!seen.insert(cell.get()).second) continue;  // a tied name: the loader re-ties it
-    if (cell->data.is_meta()) {
-      throw ValueError("save_bnb_model: '" + name +
-                       "' is on the meta device (offloaded or not loaded); load the model "
-                       "in memory before saving it");
-    }
-    tensors.emplace_back(name, cell->data.to(Device::cpu()));
-    if (const auto it = four.find(name); it != four.end()) {
-      if (!it->second->quant_state()) throw ValueError("save_bnb_model: '" + name + "' has not been quantized");
-      for (auto& st : quant_state_to_tensors(*it->second->quant_state(), name)) tensors.push_back(std::move(st));
-    }
-  }
-  std::filesystem::create_directories(out_dir);
-  nlohmann::json out = config;
-  out["quantization_config"] = qc.to_json();
-  io::save_file(tensors, (out_dir / "model.safetensors").string(), {{"format", "pt"}});
-  io::AtomicFile f((out_dir / "config.json").string());
-  f.write(out.dump(2) + "\n");
-  f.commit();
+  save_quantized_folder("save_bnb_model", model, config, out_dir, qc.to_json(),
+                        [&](const std::string& name, const Tensor& value, io::NamedTensors& out) {
+                          out.emplace_back(name, value);
+                          const auto it = four.find(name);
+                          if (it == four.end()) return;
+                          if (!it->second->quant_state()) throw ValueError("save_bnb_model: '" + name + "' has not been quantized");
+                          for (auto& st : quant_state_to_tensors(*it->second->quant_state(), name)) out.push_back(std::move(st));
+                        });
 }
 
 // ---- load_and_quantize_model -------------------------------------------------------------------
@@ -581,9 +567,10 @@ inline void save_bnb_model(const nn::Module& model, const nlohmann::json& config
 /// Differences from Accelerate, each where its choice needs a GPU or sizes the plan wrongly:
 /// - device_map nullopt places everything on the CPU (Accelerate: the current GPU); CPU
 ///   placements are quantized (Accelerate keeps 4-bit CPU modules float, as its kernels need a
-///   GPU). Modules an explicit map puts on "disk" stay float for both widths (the loader places no
-///   quantized weight on disk; Accelerate offloads 8-bit weights with their SCB), and a strategy
-///   that sends a quantized layer to disk is a ValueError naming it, as Accelerate's 4-bit check.
+///   GPU). Layers placed on "disk" are quantized and offloaded for both widths: an 8-bit weight
+///   with its SCB beside it in the offload folder, as Accelerate writes them; a 4-bit layer's
+///   packed weight, its quant state kept in memory (Accelerate refuses 4-bit layers on the CPU or
+///   disk).
 /// - A strategy sizes the model as loaded: swapped layers by their packed bytes, the others in
 ///   torch_dtype (float32 for keep_in_fp32_modules). Accelerate passes int8 / INT4 as the target
 ///   dtype, which also shrinks the embeddings, norms and head it keeps float.
@@ -612,7 +599,7 @@ struct QuantizedLoad {
   plan::DeviceMap device_map;
   /// What loading did, the state tensors of a pre-quantized checkpoint not counted as unexpected.
   dispatch::LoadResult load;
-  /// The config in force: the skip list resolved (get_keys_to_not_convert, disk modules, and
+  /// The config in force: the skip list resolved (get_keys_to_not_convert and
   /// keep_in_fp32_modules added), as a saved folder records it.
   BitsAndBytesConfig quantization_config;
   /// Layers swapped for Linear4bit / Linear8bitLt.
@@ -633,7 +620,7 @@ inline bool on_meta(const nn::Module& model) {
 /// it streams in (a bitsandbytes checkpoint is taken as stored), then dispatches. A model already
 /// loaded (not on meta) is quantized in place from its own weights, its other floating weights
 /// converted to torch_dtype (float32 in keep_in_fp32_modules), and stays on the CPU. ValueError for
-/// a meta model without weights_location, a quantized layer placed on disk or an unknown strategy;
+/// a meta model without weights_location or an unknown strategy;
 /// the loader's errors otherwise (see LoadAndQuantizeOptions for the differences from Accelerate).
 template <policy::Offload Offload = dispatch::default_offload>
 QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationConfig& config,
@@ -643,13 +630,6 @@ QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationCo
   const DType torch_dtype = config.torch_dtype_or_default();
   const std::vector<std::string> keep_fp32 = config.keep_in_fp32_modules.value_or(std::vector<std::string>{});
   std::vector<std::string> skip = config.skip_modules ? *config.skip_modules : get_keys_to_not_convert(model);
-  if (o.device_map) {
-    if (const auto* dm = std::get_if<plan::DeviceMap>(&*o.device_map); dm && dm->size() > 1) {
-      for (const auto& [k, p] : *dm) {
-        if (p.is_disk()) skip.push_back(k);
-      }
-    }
-  }
   skip.insert(skip.end(), keep_fp32.begin(), keep_fp32.end());
   BitsAndBytesConfig bc = config.to_bits_and_bytes_config();
   bc.llm_int8_skip_modules = skip;
@@ -709,17 +689,6 @@ QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationCo
         *q.update_device_map(o.device_map ? std::optional(std::get<plan::DeviceMap>(*o.device_map)) : std::nullopt);
     plan::check_device_map(model, out.device_map);
   }
-  for (const auto& [path, m] : model.named_modules()) {
-    if (!dynamic_cast<Linear4bit*>(m) && !dynamic_cast<Linear8bitLt*>(m)) continue;
-    const auto where = out.device_map.lookup(path + ".weight");
-    if (where && where->is_disk()) {
-      throw ValueError("load_and_quantize_model: the quantized layer '" + path +
-                       "' is placed on disk; quantized "
-                       "weights stay on the CPU. Give the CPU more memory, or pass a device_map that puts the module "
-                       "on \"disk\" explicitly (it is then kept in torch_dtype)");
-    }
-  }
-
   dispatch::LoadCheckpointOptions lo;
   lo.device_map = out.device_map;
   lo.offload_folder = o.offload_folder;
