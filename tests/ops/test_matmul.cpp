@@ -190,6 +190,22 @@ TEST_CASE("linear with few rows (the decode GEMV path) matches the GEMM path", "
   }
 }
 
+TEST_CASE("linear on a bf16 weight with 1-17 rows (GEMV tiles of four up to 16, then oneDNN)", "[ops][matmul][linear]") {
+  // 50 weight rows (two past the last group of four) of 300 columns (a masked last step).
+  const Tensor w = random_tensor({50, 300}, 60, DType::bf16), b = random_tensor({50}, 61, DType::bf16);
+  const auto wt = transpose_values(values(w), 50, 300);
+  const auto bv = values(b);
+  for (std::int64_t m = 1; m <= 17; ++m) {
+    INFO("rows " << m);
+    const Tensor x = random_tensor({m, 300}, 62 + static_cast<std::uint32_t>(m), DType::bf16);
+    auto want = ref_matmul(values(x), wt, 1, m, 300, 50);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] += bv[i % 50];
+    const Tensor y = ops::linear(x, w, b);
+    REQUIRE(y.dtype() == DType::bf16);
+    require_close(y, want, 1e-3, 2 * accel::test::dtype_eps(DType::bf16));
+  }
+}
+
 TEST_CASE("linear in f16 / bf16 and its errors", "[ops][matmul][linear]") {
   for (DType dt : {DType::f16, DType::bf16})
   for (std::int64_t m : {2, 9}) {
