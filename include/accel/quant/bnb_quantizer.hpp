@@ -340,7 +340,7 @@ class BnbQuantizer : public CpuQuantizerDefaults {
       const CheckpointFormat format = io::detect_checkpoint_format(file);
       auto note = [&](const std::string& n, const auto& get) {
         files_.insert_or_assign(n, file);
-        if (detail::bnb_state_name(n)) state_.insert_or_assign(n, get().clone());
+        if (detail::bnb_state_name(n)) state_.insert_or_assign(n, get());  // a view: the mapping stays alive with it
       };
       if (format == CheckpointFormat::safetensors) {
         const auto f = io::SafetensorsFile::open(file);
@@ -503,7 +503,7 @@ class BnbQuantizer : public CpuQuantizerDefaults {
   std::optional<std::vector<std::string>> skip_;
   bool pre_quantized_ = false;
   std::size_t swapped_ = 0;
-  std::map<std::string, Tensor> state_;       // checkpoint name -> state tensor (copies)
+  std::map<std::string, Tensor> state_;       // checkpoint name -> state tensor (views of the files)
   std::map<std::string, std::string> files_;  // checkpoint name -> the file holding it
   std::map<std::string, Pending> pending_;    // layer -> packed weight waiting for its state
 };
