@@ -114,10 +114,7 @@ class QuantoQuantizer : public AffineQuantizerBase {
     }
     auto& parts = parts_[layer];
     parts.insert_or_assign(suffix, value);
-    const bool bytes = affine_scheme_info(scheme()).bits == 8;
-    const bool complete = parts.count(".weight._scale") &&
-                          (bytes ? parts.count(".weight._data") : parts.count(".weight._data._data") && parts.count(".weight._shift"));
-    if (!complete) return;
+    if (!missing_part(parts).empty()) return;
     const FloatLinear& f = layers().layers().at(layer);
     try {
       auto& q = dynamic_cast<AffineLinear&>(model.get_submodule(layer));
@@ -135,10 +132,8 @@ class QuantoQuantizer : public AffineQuantizerBase {
                                                const std::string& prefix) {
     if (!pre_quantized()) return AffineQuantizerBase::update_missing_keys(model, std::move(missing), prefix);
     for (const auto& [layer, parts] : parts_) {
-      const bool bytes = affine_scheme_info(scheme()).bits == 8;
-      for (const char* s : {".weight._scale", bytes ? ".weight._data" : ".weight._data._data", bytes ? "" : ".weight._shift"}) {
-        if (*s && !parts.count(s)) throw FormatError(where(layer) + layer + s + ": missing (the Quanto weight of '" + layer + "')");
-      }
+      const std::string s = missing_part(parts);
+      throw FormatError(where(layer) + layer + s + ": missing (the Quanto weight of '" + layer + "')");
     }
     std::erase_if(missing, [&](const std::string& full) {
       const std::string n = full.starts_with(prefix) ? full.substr(prefix.size()) : full;
@@ -151,6 +146,15 @@ class QuantoQuantizer : public AffineQuantizerBase {
   }
 
  private:
+  /// The first tensor a stored layer of this scheme needs that `parts` lacks; empty when complete.
+  std::string missing_part(const std::map<std::string, Tensor, std::less<>>& parts) const {
+    const bool bytes = affine_scheme_info(scheme()).bits == 8;
+    for (const char* s : {".weight._scale", bytes ? ".weight._data" : ".weight._data._data"}) {
+      if (!parts.count(s)) return s;
+    }
+    return bytes || parts.count(".weight._shift") ? std::string() : std::string(".weight._shift");
+  }
+
   std::string where(const std::string& layer) const {
     const auto it = stored_.find(layer);
     return it == stored_.end() ? std::string() : "loading '" + it->second + "': ";
