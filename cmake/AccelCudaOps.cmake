@@ -28,7 +28,7 @@ set_target_properties(accel_cuda_ops PROPERTIES CUDA_ARCHITECTURES "80;90" CUDA_
 # CMake 3.25 knows no CUDA20 dialect flag for nvcc, so the standard is passed by hand; the host
 # side must compile the shared inline functions as the g++ objects do (OpenMP, ISA).
 target_compile_options(accel_cuda_ops PRIVATE -std=c++20 -Xcompiler=-fopenmp
-                       $<$<BOOL:${ACCEL_NATIVE}>:-Xcompiler=-march=native>)
+                       $<$<BOOL:${ACCEL_MARCH}>:-Xcompiler=-march=${ACCEL_MARCH}>)
 
 # Links the kernels into `target` (a g++ program) with the shared CUDA runtime.
 function(accel_link_cuda_ops target)

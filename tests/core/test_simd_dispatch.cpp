@@ -2,7 +2,11 @@
 // picks the best one (tests/simd_portable repeats this in a build without -march flags).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
 #include <string>
+#include <string_view>
 
 #include "accel/core/convert_kernels.hpp"
 #include "convert_table_checks.hpp"
@@ -23,4 +27,35 @@ TEST_CASE("dispatch picks the best ISA of the ladder this CPU runs") {
   // The ladder falls back upward: a tag without its own overload runs its parent's.
   REQUIRE(std::string(simd::dispatch<xsimd::arch_list<simd::scalar>>([](auto a) { return decltype(a)::name(); })) ==
           "scalar");
+}
+
+TEST_CASE("ACCEL_CPU_ARCH caps the tiers, and a name that is no tier is a ValueError") {
+  using simd::detail::cpu_features;
+  const cpu_features machine(nullptr);
+  const cpu_features capped_avx2("avx2"), capped_scalar("scalar"), capped_avx512("avx512"),
+      capped_vnni("avx512_vnni"), capped_top("avx512_bf16"), empty("");
+  CHECK(capped_avx2.avx2 == machine.avx2);
+  CHECK_FALSE(capped_avx2.avx512);
+  CHECK_FALSE(capped_avx2.avx512_vnni);
+  CHECK_FALSE(capped_avx2.avx512_bf16);
+  CHECK_FALSE(capped_scalar.avx2);
+  CHECK(capped_avx512.avx512 == machine.avx512);
+  CHECK_FALSE(capped_avx512.avx512_vnni);
+  CHECK(capped_vnni.avx512_vnni == machine.avx512_vnni);
+  CHECK_FALSE(capped_vnni.avx512_bf16);
+  CHECK(capped_top.avx512_bf16 == machine.avx512_bf16);
+  CHECK(empty.avx512_bf16 == machine.avx512_bf16);
+  CHECK_THROWS_WITH(cpu_features("avx3"), Catch::Contains("ACCEL_CPU_ARCH=avx3") &&
+                                              Catch::Contains("scalar, avx2, avx512, avx512_vnni, avx512_bf16"));
+  // This process's own cap (the tier tests of CTest set it): the tier that runs is no higher.
+  const std::string_view tier = simd::active_tier();
+  const auto rank = [](std::string_view name) {
+    return std::find(std::begin(simd::tier_names), std::end(simd::tier_names), name) - std::begin(simd::tier_names);
+  };
+  if (const char* cap = std::getenv("ACCEL_CPU_ARCH"); cap && *cap) {
+    INFO("ACCEL_CPU_ARCH=" << cap << ", running " << tier);
+    CHECK(rank(tier) <= rank(cap));
+    CHECK(rank(detail::convert_kernels().arch) <= rank(cap));
+  }
+  CHECK(rank(tier) < static_cast<std::ptrdiff_t>(std::size(simd::tier_names)));
 }

@@ -30,7 +30,7 @@ set_target_properties(accel_test_cuda PROPERTIES
 # side of the .cu must compile the shared inline functions as the g++ objects do (OpenMP, ISA).
 target_compile_options(accel_test_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 -Xcompiler=-fopenmp>
-  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${ACCEL_NATIVE}>>:-Xcompiler=-march=native>)
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${ACCEL_MARCH}>>:-Xcompiler=-march=${ACCEL_MARCH}>)
 if(ACCEL_SANITIZE)
   target_link_options(accel_test_cuda PRIVATE -fsanitize=address,undefined)
 endif()

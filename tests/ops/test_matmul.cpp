@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "accel/backend/cpu/dnnl_matmul.hpp"
@@ -241,6 +244,100 @@ TEST_CASE("matmul_u8s8 is exact int32 accumulation", "[ops][matmul][int8]") {
   }
   REQUIRE_THROWS_AS(ops::matmul_u8s8(b, b), accel::DTypeError);
   REQUIRE_THROWS_AS(ops::matmul_u8s8(a, Tensor::zeros({K + 1, N}, DType::i8)), accel::ShapeError);
+}
+
+TEST_CASE("gemm_u8s8 is exact at every tier this CPU runs, where oneDNN's 16-bit pairs saturate", "[ops][matmul][int8]") {
+  // 255 x 127 and 255 x -128 everywhere: a pair of products is 64,770 / -65,280, past int16; odd
+  // k (a zero-padded last pair), two panels and a partial one (n = 70), a k long enough to need
+  // more than 16 bits per lane.
+  for (const auto& [m, k, n, extreme] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>>{
+           {5, 37, 9, false}, {3, 301, 70, true}, {1, 1, 1, true}, {17, 2048, 33, false}}) {
+    std::vector<std::uint8_t> av(static_cast<std::size_t>(m * k));
+    std::vector<std::int8_t> bv(static_cast<std::size_t>(k * n));
+    for (std::size_t i = 0; i < av.size(); ++i) av[i] = extreme ? 255 : static_cast<std::uint8_t>((i * 37 + 11) % 256);
+    for (std::size_t i = 0; i < bv.size(); ++i) {
+      bv[i] = extreme ? static_cast<std::int8_t>(i % 3 == 0 ? -128 : 127)
+                      : static_cast<std::int8_t>(static_cast<int>((i * 53 + 7) % 256) - 128);
+    }
+    std::vector<std::int32_t> want(static_cast<std::size_t>(m * n));
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        std::int64_t sum = 0;
+        for (std::int64_t q = 0; q < k; ++q) sum += std::int64_t(av[i * k + q]) * bv[q * n + j];
+        want[i * n + j] = static_cast<std::int32_t>(sum);
+      }
+    }
+    int tiers = 0;
+    accel::backend::cpu::u8s8_ladder::for_each([&](auto arch) {
+      using A = decltype(arch);
+      if (!A::supported() || !A::available()) return;
+      INFO(A::name() << " " << m << " x " << k << " x " << n);
+      std::vector<std::int32_t> got(want.size(), -1);
+      accel::backend::cpu::gemm_u8s8(arch, m, k, n, av.data(), bv.data(), got.data());
+      CHECK(got == want);
+      ++tiers;
+    });
+    REQUIRE(tiers >= 1);
+    const Tensor c = ops::matmul_u8s8(Tensor::from_vector(av, Shape{m, k}), Tensor::from_vector(bv, Shape{k, n}));
+    CHECK(c.to_vector<std::int32_t>() == want);
+  }
+}
+
+TEST_CASE("a half-precision linear through f32 blocks of weight rows matches the reference", "[ops][matmul][linear]") {
+  // What linear runs for f16 weights past the GEMV's rows, and for bf16 where oneDNN has no bf16
+  // matmul (below AVX-512). k = 4096 makes a block of 128 weight rows: 300 rows are two blocks and
+  // a partial one, each written into its columns of the result; the weight is a narrowed view.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const std::int64_t m = 6, k = 4096, n = 300;
+    const Tensor w = random_tensor({n, k + 8}, 70, dt).narrow(1, 4, k), b = random_tensor({n}, 71);
+    const Tensor x = random_tensor({m, k}, 72);
+    std::vector<double> want = ref_matmul(values(x), transpose_values(values(w), n, k), 1, m, k, n);
+    const auto bvals = values(b);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] += bvals[i % n];
+    Tensor out = Tensor::empty({m, n}, DType::f32);
+    ops::detail::linear_half_weight_blocks(x, {0, k, 1}, w, b.data_ptr<float>(), out.data_ptr<float>());
+    require_close(out, want, 1e-3, 1e-4);
+    // linear on the same operands in the weight's dtype: more rows than the GEMV takes, and no
+    // f32 copy of the weight (4.9 MB) while it runs, whichever path this CPU takes.
+    const Tensor xh = x.to(dt), bh = b.to(dt);
+    const Tensor x3 = xh.expand({3, m, k}).reshape({3 * m, k}).contiguous();
+    const std::size_t before = accel::memory_stats(accel::Device::cpu()).allocated_bytes;
+    accel::reset_peak_memory_stats(accel::Device::cpu());
+    const Tensor y = ops::linear(x3, w, bh);
+    CHECK(accel::memory_stats(accel::Device::cpu()).peak_allocated_bytes - before < std::size_t(4) << 20);
+    std::vector<double> want_h = ref_matmul(values(xh), transpose_values(values(w), n, k), 1, m, k, n);
+    const auto bhv = values(bh);
+    for (std::size_t i = 0; i < want_h.size(); ++i) want_h[i] += bhv[i % n];
+    const auto got = values(y);
+    for (int r = 0; r < 3; ++r) {
+      require_close(std::vector<double>(got.begin() + r * m * n, got.begin() + (r + 1) * m * n), want_h,
+                    2e-2, 2 * accel::test::dtype_eps(dt));
+    }
+  }
+  using dt = dnnl::memory::data_type;
+  CHECK(accel::backend::cpu::dnnl_has_matmul(dt::f32, dt::f32, dt::f32));
+}
+
+TEST_CASE("oneDNN runs under ACCEL_CPU_ARCH's cap, and bf16 linear works at every tier", "[ops][matmul]") {
+  namespace cpu = accel::backend::cpu;
+  using dt = dnnl::memory::data_type;
+  (void)cpu::dnnl_engine();
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto has = [isa](dnnl::cpu_isa i) { return (isa & static_cast<unsigned>(i)) == static_cast<unsigned>(i); };
+  const char* cap = std::getenv("ACCEL_CPU_ARCH");
+  const std::string tier(accel::simd::active_tier());
+  INFO("ACCEL_CPU_ARCH=" << (cap ? cap : "(unset)") << ", tier " << tier << ", oneDNN ISA 0x" << std::hex << isa);
+  if (cap && *cap && !std::getenv("ONEDNN_MAX_CPU_ISA") && !std::getenv("DNNL_MAX_CPU_ISA")) {
+    // The library's tier and oneDNN's agree on what AVX-512 there is.
+    CHECK(has(dnnl::cpu_isa::avx512_core) == (tier != "scalar" && tier != "avx2"));
+    if (tier == "avx2" || tier == "scalar") CHECK_FALSE(cpu::dnnl_has_matmul(dt::bf16, dt::bf16, dt::f32));
+    if (tier == "scalar") CHECK_FALSE(has(dnnl::cpu_isa::avx2));
+  }
+  // Whichever path this tier takes (oneDNN's bf16 matmul, or f32 blocks), 9 rows of bf16 give the
+  // reference's values.
+  const Tensor x = random_tensor({9, 64}, 80, DType::bf16), w = random_tensor({40, 64}, 81, DType::bf16);
+  const auto want = ref_matmul(values(x), transpose_values(values(w), 40, 64), 1, 9, 64, 40);
+  require_close(ops::linear(x, w), want, 1e-3, 2 * accel::test::dtype_eps(DType::bf16));
 }
 
 TEST_CASE("matmul primitives are cached by shape", "[ops][matmul]") {

@@ -203,6 +203,14 @@ TEST_CASE("Q8_0 / Q4_0 / Q4_K dot products of every length agree across kernels,
   }
 }
 
+#if ACCEL_SIMD_X86
+// The vector unpacking under its own ISA's attribute: the test body is compiled for the build's
+// -march, which need not include AVX-512.
+static ACCEL_TARGET_AVX512_VNNI void unpack_k4_heads(const std::uint8_t* heads, std::uint8_t* got) {
+  _mm512_storeu_si512(got, quant::detail::k4_scales_mins(_mm512_loadu_si512(heads)));
+}
+#endif
+
 TEST_CASE("Q4_K's scales and mins unpack the same in vector registers as io::k4_scales_mins", "[quant][ggml]") {
 #if ACCEL_SIMD_X86
   if (!simd::avx512_vnni::available()) {
@@ -216,7 +224,7 @@ TEST_CASE("Q4_K's scales and mins unpack the same in vector registers as io::k4_
     // in a lane, then random.
     std::uint8_t heads[64], got[64];
     for (int i = 0; i < 64; ++i) heads[i] = static_cast<std::uint8_t>(trial < 64 ? 4 * trial + i / 16 : byte(g));
-    _mm512_storeu_si512(got, quant::detail::k4_scales_mins(_mm512_loadu_si512(heads)));
+    unpack_k4_heads(heads, got);
     bool same = true;
     for (int lane = 0; lane < 4; ++lane) {
       std::uint8_t sc[8], mn[8];

@@ -5,6 +5,13 @@
 //   simd::requires_arch<A>                                           a kernel overload's tag parameter
 //   simd::x86_ladder                                                 xsimd::arch_list, best first
 //   simd::dispatch<List>(f)                                          f(best available tag of List)
+//   simd::tier_names, simd::active_tier()                            the tiers ACCEL_CPU_ARCH names; the one that runs
+//
+// ACCEL_CPU_ARCH=scalar|avx2|avx512|avx512_vnni|avx512_bf16 caps the choice (the tiers in that
+// order; a cap admits every tier up to its own), as ONEDNN_MAX_CPU_ISA caps oneDNN, so that one
+// machine tests and measures every tier it has. The library's oneDNN engine takes the same cap
+// when ONEDNN_MAX_CPU_ISA is unset (backend/cpu/dnnl_matmul.hpp). A value that names no tier is a
+// ValueError at the first dispatch; a cap above what the CPU has changes nothing.
 //
 // A kernel is an overload set over `requires_arch<A>`: calling it with the machine's tag picks
 // the most derived overload, so a new ISA adds only the kernels that differ. Each tag's overloads
@@ -19,6 +26,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
+#include <iterator>
+#include <string>
+#include <string_view>
 
 #include <xsimd/config/xsimd_arch.hpp>
 
@@ -36,7 +47,12 @@
 #define ACCEL_SIMD_X86 0
 #endif
 
+#include "accel/core/errors.hpp"
+
 namespace accel::simd {
+
+/// The tiers ACCEL_CPU_ARCH can name, lowest first.
+inline constexpr std::string_view tier_names[] = {"scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16"};
 
 namespace detail {
 
@@ -47,7 +63,27 @@ struct cpu_features {
   bool avx512_bf16 = false;  // VCVTNEPS2BF16
   bool avx512_vnni = false;  // VPDPBUSD: int8 dot products
 
-  cpu_features() noexcept {
+  /// The CPU's features, capped by `cap` (ACCEL_CPU_ARCH's value; null for none).
+  explicit cpu_features(const char* cap) {
+    detect();
+    if (!cap || !*cap) return;
+    std::size_t rank = std::size(tier_names);
+    for (std::size_t i = 0; i < std::size(tier_names); ++i) {
+      if (tier_names[i] == cap) rank = i;
+    }
+    if (rank == std::size(tier_names)) {
+      std::string valid;
+      for (auto n : tier_names) valid += (valid.empty() ? "" : ", ") + std::string(n);
+      throw ValueError("ACCEL_CPU_ARCH=" + std::string(cap) + " names no CPU tier: expected one of " + valid);
+    }
+    avx2 = avx2 && rank >= 1;
+    avx512 = avx512 && rank >= 2;
+    avx512_vnni = avx512_vnni && rank >= 3;
+    avx512_bf16 = avx512_bf16 && rank >= 4;
+  }
+
+ private:
+  void detect() noexcept {
 #if ACCEL_SIMD_X86
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
@@ -68,8 +104,9 @@ struct cpu_features {
   }
 };
 
-inline const cpu_features& cpu() noexcept {
-  static const cpu_features features;
+/// What the dispatch may use: this CPU's features under ACCEL_CPU_ARCH, read once.
+inline const cpu_features& cpu() {
+  static const cpu_features features(std::getenv("ACCEL_CPU_ARCH"));
   return features;
 }
 
@@ -78,7 +115,7 @@ inline const cpu_features& cpu() noexcept {
 /// Portable C++: every CPU; the rounding is core/float_types.hpp's.
 struct scalar {
   static constexpr bool supported() noexcept { return true; }
-  static bool available() noexcept { return true; }
+  static bool available() { return true; }
   static constexpr unsigned version() noexcept { return 0; }
   static constexpr std::size_t alignment() noexcept { return sizeof(float); }  // register bytes
   static constexpr const char* name() noexcept { return "scalar"; }
@@ -89,7 +126,7 @@ struct scalar {
 template <class Parent, unsigned Version, std::size_t Bytes, bool detail::cpu_features::*Feature>
 struct x86_tag : Parent {
   static constexpr bool supported() noexcept { return ACCEL_SIMD_X86; }
-  static bool available() noexcept { return supported() && detail::cpu().*Feature; }
+  static bool available() { return supported() && detail::cpu().*Feature; }
   static constexpr unsigned version() noexcept { return Version; }
   static constexpr std::size_t alignment() noexcept { return Bytes; }
 };
@@ -138,5 +175,18 @@ template <class List = x86_ladder, class F>
 decltype(auto) dispatch(F&& f) {
   return detail::dispatch_first(static_cast<F&&>(f), List{});
 }
+
+/// The highest tier of `tier_names` that `f` admits.
+inline std::string_view tier_of(const detail::cpu_features& f) noexcept {
+  if (f.avx512_bf16) return "avx512_bf16";
+  if (f.avx512_vnni) return "avx512_vnni";
+  if (f.avx512) return "avx512";
+  if (f.avx2) return "avx2";
+  return "scalar";
+}
+
+/// The highest tier the dispatch picks on this CPU under ACCEL_CPU_ARCH: what a benchmark or
+/// `accel run --json` reports as "cpu_tier".
+inline std::string_view active_tier() { return tier_of(detail::cpu()); }
 
 }  // namespace accel::simd

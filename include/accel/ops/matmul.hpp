@@ -6,7 +6,10 @@
 //
 // f32 runs on oneDNN straight from the operands' strides (a transposed weight is not copied);
 // f16 / bf16 operands are converted to f32 first and the result is converted back. linear with
-// at most 4 rows (decoding) runs as a threaded GEMV that converts weight rows on the fly.
+// at most 4 rows (decoding) runs as a threaded GEMV that converts weight rows on the fly; with
+// more rows a bf16 linear runs on oneDNN's bf16 matmul where this CPU has one (AVX-512), and
+// otherwise, like f16, converts the weight to f32 a block of rows at a time for oneDNN's f32 GEMM.
+// matmul_u8s8 takes oneDNN's integer GEMM only where it is exact (VNNI), else its own kernel.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 
 #include "accel/backend/cpu/dnnl_matmul.hpp"
 #include "accel/backend/cpu/gemv.hpp"
+#include "accel/backend/cpu/int8_gemm.hpp"
 #include "accel/backend/cpu/kernels.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
@@ -89,6 +93,41 @@ inline void linear_small_m(const float* a, std::int64_t m, const Tensor& w, cons
   const Tensor wf = w.to(DType::f32).contiguous();
   backend::cpu::gemv_rows(a, m, w.size(1), wf.data_ptr(), DType::f32, static_cast<std::size_t>(wf.stride(0)) * 4,
                           w.size(0), bias, out);
+}
+
+/// x2 (f32 [M, K], laid out as `la`) times a half-precision weight [N, K] with unit column stride,
+/// plus bias, into out (f32 [M, N], dense): the weight goes to f32 a block of rows at a time, into
+/// one buffer of about 2 MiB, and each block through oneDNN's f32 GEMM into its columns of out.
+/// The whole weight is never widened (a 14336 x 4096 bf16 one would take 235 MB of f32).
+inline void linear_half_weight_blocks(const Tensor& x2, const backend::cpu::MatrixLayout& la, const Tensor& w,
+                                      const float* bias, float* out) {
+  const std::int64_t M = x2.size(0), K = w.size(1), N = w.size(0);
+  const std::int64_t block = std::min(N, std::max<std::int64_t>(16, (std::int64_t{1} << 19) / K / 16 * 16));
+  Tensor buffer = Tensor::empty(Shape{block, K}, DType::f32);
+  auto* wf = buffer.data_ptr<float>();
+  const auto* wbytes = static_cast<const std::byte*>(w.data_ptr());
+  const std::size_t row_bytes = static_cast<std::size_t>(w.stride(0)) * w.element_size();
+  for (std::int64_t n0 = 0; n0 < N; n0 += block) {
+    const std::int64_t nb = std::min(block, N - n0);
+    parallel_for(static_cast<std::size_t>(nb), 8, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        const std::byte* src = wbytes + (static_cast<std::size_t>(n0) + r) * row_bytes;
+        float* dst = wf + r * static_cast<std::size_t>(K);
+        if (w.dtype() == DType::bf16) {
+          accel::detail::bf16_to_f32(reinterpret_cast<const bfloat16*>(src), dst, static_cast<std::size_t>(K));
+        } else {
+          accel::detail::f16_to_f32(reinterpret_cast<const half*>(src), dst, static_cast<std::size_t>(K));
+        }
+      }
+    });
+    backend::cpu::MatmulProblem p;
+    p.m = M, p.k = K, p.n = nb;
+    p.a = la;
+    p.b = {0, 1, K};  // element (k, n) of the block's transpose is wf[n * K + k]
+    p.c_row_stride = N;
+    p.has_bias = bias != nullptr;
+    backend::cpu::dnnl_matmul(p, x2.data_ptr(), wf, out + n0, bias ? bias + n0 : nullptr);
+  }
 }
 
 /// Converts an f32 result into `dtype` (no copy for f32).
@@ -247,11 +286,13 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
 
   Tensor bias_f;
   if (bias.defined()) bias_f = detail::contiguous_f32(bias);
-  // More rows than a GEMV takes, both bf16: oneDNN's bf16 matmul (AVX512-BF16 where the CPU has
-  // it) reads the weight in place and x as it is, so neither is widened to f32 first.
+  // More rows than a GEMV takes, both bf16, on a CPU where oneDNN has a bf16 matmul (AVX-512;
+  // AVX512-BF16 where the CPU has it): it reads the weight in place and x as it is, so neither is
+  // widened to f32 first.
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(K, 1);
+  using dt = dnnl::memory::data_type;
   if (rows > detail::gemv_rows_limit(weight.dtype()) && x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
-      weight.stride(1) == 1) {
+      weight.stride(1) == 1 && backend::cpu::dnnl_has_matmul(dt::bf16, dt::bf16, dt::f32)) {
     const Tensor xb = x.dim() == 2 ? x.contiguous() : x.contiguous().reshape(Shape{-1, K});
     Tensor out = Tensor::empty(out_shape, DType::f32);
     backend::cpu::MatmulProblem p;
@@ -278,6 +319,12 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
     Tensor out = Tensor::empty(out_shape, DType::f32);
     detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,
                            bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
+    return detail::cast_result(out, x.dtype());
+  }
+  if ((weight.dtype() == DType::bf16 || weight.dtype() == DType::f16) && weight.stride(1) == 1 && K > 0) {
+    Tensor out = Tensor::empty(out_shape, DType::f32);
+    detail::linear_half_weight_blocks(x2, *la, weight, bias_f.defined() ? bias_f.data_ptr<float>() : nullptr,
+                                      out.data_ptr<float>());
     return detail::cast_result(out, x.dtype());
   }
   Tensor wf = weight.dtype() == DType::f32 ? weight : weight.to(DType::f32);
@@ -341,6 +388,11 @@ inline Tensor matmul_u8s8(const Tensor& a_u8, const Tensor& b_s8) {
   if (out_shape.numel() == 0 || a_u8.size(1) == 0) return Tensor::zeros(out_shape, DType::i32);
   const Tensor a = a_u8.contiguous(), b = b_s8.contiguous();
   Tensor out = Tensor::empty(out_shape, DType::i32);
+  if (!backend::cpu::dnnl_u8s8_is_exact()) {
+    backend::cpu::gemm_u8s8(out_shape[0], a.size(1), out_shape[1], a.data_ptr<std::uint8_t>(), b.data_ptr<std::int8_t>(),
+                            out.data_ptr<std::int32_t>());
+    return out;
+  }
   backend::cpu::MatmulProblem p;
   p.m = out_shape[0];
   p.k = a.size(1);

@@ -2,9 +2,15 @@
 // the full problem (dims, strides, dtypes, bias), so a transformer's repeated shapes pay
 // oneDNN's primitive creation once.
 //
-//   dnnl_engine()                                   the process-wide CPU engine
+//   dnnl_engine()                                   the process-wide CPU engine (under ACCEL_CPU_ARCH's cap)
 //   dnnl_matmul(MatmulProblem, a, b, c, bias)       c[batch] = a[batch] x b[batch] (+ bias)
+//   dnnl_has_matmul(a_type, b_type, c_type)         whether oneDNN implements those dtypes on this CPU
+//   dnnl_u8s8_is_exact()                            whether its u8 x s8 products accumulate without saturating
 //   dnnl_matmul_cache_size()                        inspection for tests
+//
+// oneDNN 2.x implements bf16 matmul only from AVX-512 on, and its u8 x s8 kernels without VNNI add
+// pairs of products in saturating 16-bit arithmetic (VPMADDUBSW): the ops layer asks the two
+// questions above at run time and takes its own kernels where the answer is no.
 //
 // Operands are strided views (any strides oneDNN accepts: one of the two matrix strides should
 // be 1 for speed); the output is dense row-major. A batch stride of 0 broadcasts an operand.
@@ -14,23 +20,50 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/simd_arch.hpp"
 
 namespace accel::backend::cpu {
 
+namespace detail {
+/// Caps oneDNN at ACCEL_CPU_ARCH's tier when ONEDNN_MAX_CPU_ISA does not say otherwise, so that
+/// one variable caps both. oneDNN takes a cap only before its first dispatch: in a program that
+/// ran oneDNN before this engine existed, the cap stays what it was.
+inline void cap_dnnl_isa() {
+  const char* cap = std::getenv("ACCEL_CPU_ARCH");
+  if (!cap || !*cap || std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")) return;
+  (void)simd::detail::cpu();  // a cap that names no tier is a ValueError here
+  const std::string_view tier(cap);
+  const dnnl::cpu_isa isa = tier == "scalar"        ? dnnl::cpu_isa::sse41
+                            : tier == "avx2"        ? dnnl::cpu_isa::avx2
+                            : tier == "avx512"      ? dnnl::cpu_isa::avx512_core
+                            : tier == "avx512_vnni" ? dnnl::cpu_isa::avx512_core_vnni
+                                                    : dnnl::cpu_isa::avx512_core_bf16;
+  try {
+    dnnl::set_max_cpu_isa(isa);
+  } catch (const dnnl::error&) {
+  }
+}
+}  // namespace detail
+
 /// The CPU engine every oneDNN primitive of the library runs on.
 inline dnnl::engine& dnnl_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine engine = [] {
+    detail::cap_dnnl_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
@@ -56,11 +89,14 @@ struct MatmulProblem {
   dnnl::memory::data_type b_type = dnnl::memory::data_type::f32;
   dnnl::memory::data_type c_type = dnnl::memory::data_type::f32;
   bool has_bias = false;  ///< bias is f32 [N]
+  /// Elements between rows of an unbatched c (0: n, dense): a product can fill a column block of
+  /// a wider result.
+  std::int64_t c_row_stride = 0;
 };
 
 namespace detail {
 
-using MatmulKey = std::array<std::int64_t, 14>;
+using MatmulKey = std::array<std::int64_t, 15>;
 
 inline MatmulKey matmul_key(const MatmulProblem& p) {
   return {p.batch,          p.m,
@@ -69,7 +105,8 @@ inline MatmulKey matmul_key(const MatmulProblem& p) {
           p.a.col_stride,   p.b.batch_stride,
           p.b.row_stride,   p.b.col_stride,
           static_cast<std::int64_t>(p.a_type), static_cast<std::int64_t>(p.b_type),
-          static_cast<std::int64_t>(p.c_type), p.has_bias ? 1 : 0};
+          static_cast<std::int64_t>(p.c_type), p.has_bias ? 1 : 0,
+          p.c_row_stride};
 }
 
 struct CachedMatmul {
@@ -120,7 +157,7 @@ class MatmulCache {
     c.a_md = operand(p.m, p.k, p.a, p.a_type);
     c.b_md = operand(p.k, p.n, p.b, p.b_type);
     c.c_md = batched ? md(dims{p.batch, p.m, p.n}, p.c_type, dims{p.m * p.n, p.n, 1})
-                     : md(dims{p.m, p.n}, p.c_type, dims{p.n, 1});
+                     : md(dims{p.m, p.n}, p.c_type, dims{p.c_row_stride > 0 ? p.c_row_stride : p.n, 1});
     if (p.has_bias) {
       c.bias_md = batched ? md(dims{1, 1, p.n}, dnnl::memory::data_type::f32, dims{p.n, p.n, 1})
                           : md(dims{1, p.n}, dnnl::memory::data_type::f32, dims{p.n, 1});
@@ -172,8 +209,8 @@ inline void* scratch_buffer(std::size_t bytes) {
 
 }  // namespace detail
 
-/// Runs `p` on raw pointers: a and b laid out as p describes, c dense row-major, bias f32 [N]
-/// (or nullptr). Synchronous: the result is in c on return.
+/// Runs `p` on raw pointers: a and b laid out as p describes, c row-major (rows c_row_stride
+/// apart when batch is 1, else dense), bias f32 [N] (or nullptr). Synchronous: the result is in c on return.
 inline void dnnl_matmul(const MatmulProblem& p, const void* a, const void* b, void* c,
                         const float* bias = nullptr) {
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;
@@ -203,6 +240,35 @@ inline void dnnl_matmul(const MatmulProblem& p, const void* a, const void* b, vo
     if (e.status == dnnl_out_of_memory) throw OutOfMemoryError("cpu", prim->scratchpad_bytes, what);
     throw Error(what);
   }
+}
+
+/// Whether oneDNN has a matmul for these operand and result dtypes on this CPU (under its ISA
+/// cap): asked once per triple by building a 2 x 2 primitive.
+inline bool dnnl_has_matmul(dnnl::memory::data_type a, dnnl::memory::data_type b, dnnl::memory::data_type c) {
+  static std::mutex mu;
+  static std::map<std::array<int, 3>, bool> known;
+  const std::array<int, 3> key{static_cast<int>(a), static_cast<int>(b), static_cast<int>(c)};
+  std::lock_guard lock(mu);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  bool ok = true;
+  try {
+    using md = dnnl::memory::desc;
+    const dnnl::memory::dims dims{2, 2}, strides{2, 1};
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md(dims, a, strides), md(dims, b, strides), md(dims, c, strides)),
+                                    dnnl_engine());
+  } catch (const dnnl::error&) {
+    ok = false;
+  }
+  return known.emplace(key, ok).first->second;
+}
+
+/// Whether oneDNN's u8 x s8 -> s32 matmul is exact here: with VNNI (VPDPBUSD) it accumulates four
+/// products into 32 bits; below it, VPMADDUBSW saturates the sum of two products at 16 bits.
+inline bool dnnl_u8s8_is_exact() {
+  (void)dnnl_engine();  // the cap first
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto has = [isa](dnnl::cpu_isa i) { return (isa & static_cast<unsigned>(i)) == static_cast<unsigned>(i); };
+  return has(dnnl::cpu_isa::avx512_core_vnni) || has(dnnl::cpu_isa::avx2_vnni);
 }
 
 /// Number of matmul primitives currently cached.
