@@ -1,12 +1,14 @@
 // Quantized GEMV (n = 1) and small GEMM (n = 16): quant::ggml_linear for Q8_0, Q4_0, Q4_K and
 // Q6_K, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8 (quant::matmul_8bit, LLM.int8 with
-// threshold 6), and bf16 through ops::linear, for m = 4096 outputs and k = 4096 and 14336,
+// threshold 6), and bf16 / f16 through ops::linear, for m = 4096 outputs and k = 4096 and 14336,
 // next to llama.cpp's own kernels measured in the same run (test-backend-ops -o MUL_MAT -b CPU
 // perf, when --test-backend-ops gives its path; llama.cpp has no NF4 / int8 rows), with the weight
 // bytes each call streams (packed codes and their scales).
 //
-//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--json]
+//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T] [--json]
 //
+// --tier caps the library's kernels at one CPU tier (scalar, avx2, avx512, avx512_vnni,
+// avx512_bf16; ACCEL_CPU_ARCH); the header and the JSON name the tier that ran ("cpu_tier").
 // Prints per shape and type: our median microseconds per call, the weights' GB/s, llama.cpp's
 // microseconds per run for the same MUL_MAT (type_a = the weight type, type_b = f32, m, n, k) and
 // the ratio (above 1: faster than llama.cpp). With --rounds R both sides are measured R times,
@@ -36,6 +38,7 @@
 #include "accel/quant/bnb_int8.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
+#include "common/cpu_tier.hpp"
 #include "common/json_stdout.hpp"
 
 using namespace accel;
@@ -49,6 +52,7 @@ struct Args {
   bool json = false;
   std::string only;  // ",q4_K,nf4," when --types narrows the rows
   int rounds = 1;
+  std::string tier;
 };
 
 /// Weights of `type` for an m x k layer: reference-quantized random values where the library has
@@ -130,11 +134,13 @@ int main(int argc, char** argv) {
     else if (k == "--json") a.json = true;
     else if (k == "--types") a.only = "," + value() + ",";
     else if (k == "--rounds") a.rounds = std::max(1, std::stoi(value()));
+    else if (k == "--tier") a.tier = value();
     else {
-      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--json]\n");
+      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T] [--json]\n");
       return 2;
     }
   }
+  const std::string tier = accel_bench::apply_cpu_tier(a.tier);
   accel_bench::JsonStdout json_mode(a.json);
   std::mt19937 g(1);
   struct Row {
@@ -148,7 +154,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
-      {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}};
+      {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt}};
   for (const int k : {4096, 14336}) {
     for (const auto& [name, type] : types) {
       if (!a.only.empty() && a.only.find("," + name + ",") == std::string::npos) continue;
@@ -176,7 +182,8 @@ int main(int argc, char** argv) {
         *int8 = quant::quantize_int8_weight(random_weight());
         weight_bytes = (*int8)->CB.nbytes() + (*int8)->SCB.nbytes();
       } else {
-        w = Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k}).to(DType::bf16);
+        w = Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k})
+                .to(name == "bf16" ? DType::bf16 : DType::f16);
         weight_bytes = w.nbytes();
       }
       for (const int n : {1, 16}) {
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
         std::normal_distribution<float> nd;
         for (auto& v : xs) v = nd(g);
         const Tensor x = Tensor::from_vector(xs, Shape{n, k});
-        const Tensor xb = x.to(DType::bf16);
+        const Tensor xb = x.to(w.defined() && !type ? w.dtype() : DType::bf16);
         std::function<void()> call;
         if (type) call = [x, w, t = *type, k, m] { (void)quant::ggml_linear(x, w, t, k, m); };
         else if (*nf4) call = [x, nf4] { (void)quant::gemv_4bit(x, (*nf4)->packed, (*nf4)->state); };
@@ -223,11 +230,11 @@ int main(int argc, char** argv) {
       j.push_back({{"type", r.type}, {"m", r.m}, {"n", r.n}, {"k", r.k}, {"us", r.us}, {"weights_gb_per_s", r.gbps},
                    {"llamacpp_us", r.theirs_us ? nlohmann::json(r.theirs_us) : nlohmann::json()}});
     }
-    json_mode.print({{"threads", accel::num_threads()}, {"rows", j}});
+    json_mode.print({{"threads", accel::num_threads()}, {"cpu_tier", tier}, {"rows", j}});
     return 0;
   }
-  std::printf("quantized linear, %d threads, median of %d calls, median of %d interleaved rounds (weights GB/s = packed bytes / time)\n",
-              accel::num_threads(), a.reps, a.rounds);
+  std::printf("quantized linear, %d threads, CPU tier %s, median of %d calls, median of %d interleaved rounds (weights GB/s = packed bytes / time)\n",
+              accel::num_threads(), tier.c_str(), a.reps, a.rounds);
   std::printf("%-6s %5s %3s %6s %12s %10s %16s %8s\n", "type", "m", "n", "k", "accel us", "GB/s", "llama.cpp us", "ratio");
   for (const auto& r : rows) {
     std::printf("%-6s %5d %3d %6d %12.1f %10.2f", r.type.c_str(), r.m, r.n, r.k, r.us, r.gbps);

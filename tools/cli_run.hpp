@@ -59,6 +59,7 @@
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/memory_stats.hpp"
+#include "accel/core/simd_arch.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/dist/split_model.hpp"
 #include "accel/hooks/align_devices_hook.hpp"
@@ -607,6 +608,7 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
     j["load_s"] = r.load_s;
     j["ttft_s"] = r.ttft_s;
     j["tokens_per_s"] = r.tokens_per_s;
+    j["cpu_tier"] = std::string(simd::active_tier());
     if (r.split_map) {
       j["processes"] = r.processes;
       j["split_map"] = dist::to_json(*r.split_map);
@@ -837,7 +839,7 @@ inline Command run_command() {
                            "on one) and no hooks, and compare the tokens (exit 1 at a difference); on\n"
                            "for the default model's demo"},
                   {.name = "--json", .help = "one JSON object: model_dir, prompt_ids, generated_ids, text, load_s, ttft_s,\n"
-                                             "tokens_per_s, peak_bytes; device_map, placed_bytes, reservations,\n"
+                                             "tokens_per_s, cpu_tier (the CPU kernels' tier, ACCEL_CPU_ARCH caps it), peak_bytes; device_map, placed_bytes, reservations,\n"
                                              "offload_gb_per_s when placed; quantization (method, scheme, layers) when\n"
                                              "quantized; check with --check"},
                   {.name = "--quiet", .help = "print the generated text alone (no prompt, figures or progress)"},

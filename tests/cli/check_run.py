@@ -17,6 +17,7 @@ Usage: check_run.py GROUP ACCEL MODELS_DIR WORK_DIR
 """
 import array
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -25,8 +26,9 @@ import sys
 FAILURES = []
 
 
-def run(accel, *args):
-    return subprocess.run([accel, "run", *map(str, args)], capture_output=True, text=True, timeout=120)
+def run(accel, *args, env=None):
+    return subprocess.run([accel, "run", *map(str, args)], capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def check(cond, what):
@@ -56,6 +58,8 @@ def reference(accel, models):
         for key in ("load_s", "ttft_s", "tokens_per_s"):
             check(isinstance(out.get(key), (int, float)) and out[key] >= 0, f"{folder.name}: {key} is a number")
         check(out.get("dtype") == "float32", f"{folder.name}: config's torch_dtype float32 is the default")
+        tiers = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16")
+        check(out.get("cpu_tier") in tiers, f"{folder.name}: cpu_tier {out.get('cpu_tier')!r} names a tier")
 
 
 def safetensors_tensors(path):
@@ -197,6 +201,17 @@ def dtypes(accel, models):
     text = run(accel, folder, "--ids", ids, "--max-new-tokens", 4)
     check(text.returncode == 0 and "tokens/s" in text.stdout and "time to first token" in text.stdout,
           f"text output shows timings: {text.stdout!r}")
+    # ACCEL_CPU_ARCH caps the kernels: a bfloat16 run (more prompt rows than the GEMV takes, so
+    # oneDNN's capped bf16 matmul or the f32 blocks) reports its tier and generates; a name that is
+    # no tier is an error that lists the valid ones.
+    for tier in ("scalar", "avx2"):
+        capped = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", len(greedy), "--dtype", "bfloat16",
+                             "--json", env={"ACCEL_CPU_ARCH": tier}), f"ACCEL_CPU_ARCH={tier}")
+        check(capped.get("cpu_tier") in (tier, "scalar"), f"ACCEL_CPU_ARCH={tier}: cpu_tier {capped.get('cpu_tier')!r}")
+        check(len(capped.get("generated_ids", [])) == len(greedy), f"ACCEL_CPU_ARCH={tier}: {len(greedy)} new tokens")
+    bad = run(accel, folder, "--ids", ids, "--max-new-tokens", 2, env={"ACCEL_CPU_ARCH": "avx3"})
+    check(bad.returncode != 0 and "ACCEL_CPU_ARCH=avx3" in bad.stderr and "avx512_bf16" in bad.stderr,
+          f"ACCEL_CPU_ARCH=avx3 is refused with the valid names: {bad.returncode} {bad.stderr.strip()!r}")
 
 
 def byte_level_char(b):

@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -191,6 +193,46 @@ TEST_CASE("linear with few rows (the decode GEMV path) matches the GEMM path", "
     auto want_wide = ref_matmul(values(x), transpose_values(values(wide), 50, 300), 1, m, 300, 50);
     require_close(ops::linear(x, wide), want_wide, 1e-5, 1e-5);
   }
+}
+
+TEST_CASE("every GEMV tier this CPU runs matches a double reference for f32, f16 and bf16 weights", "[ops][matmul][gemv]") {
+  // k = 300 leaves a tail past every vector width; 7 is shorter than one; n = 50 ends two past a
+  // group of four weight rows; the rows of a wider weight are 310 apart; 1-9 activation rows are a
+  // tile, two tiles and a partial one.
+  namespace cpu = accel::backend::cpu;
+  for (const std::int64_t k : {300, 7, 1024}) {
+    const std::int64_t n = 50;
+    for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      const Tensor w = random_tensor({n, k + 10}, 90, dt).narrow(1, 3, k), bias = random_tensor({n}, 91);
+      const auto wt = transpose_values(values(w), n, k);
+      const auto bv = values(bias);
+      for (std::int64_t m : {1, 2, 3, 4, 5, 9}) {
+        const Tensor x = random_tensor({m, k}, 92 + static_cast<std::uint32_t>(m));
+        auto want = ref_matmul(values(x), wt, 1, m, k, n);
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] += bv[i % n];
+        int tiers = 0;
+        cpu::gemv_ladder::for_each([&](auto arch) {
+          using A = decltype(arch);
+          if (!A::supported() || !A::available()) return;
+          INFO(A::name() << " " << accel::dtype_name(dt) << " m = " << m << " k = " << k);
+          Tensor out = Tensor::empty({m, n}, DType::f32);
+          cpu::gemv_at(arch, x.data_ptr<float>(), m, k, w.data_ptr(), dt, static_cast<std::size_t>(w.stride(0)) * w.element_size(),
+                       n, bias.data_ptr<float>(), out.data_ptr<float>());
+          // bf16 pairs round x to bf16 (a relative 2^-9 per element): the bound scales with sum |x w|.
+          const bool pairs = dt == DType::bf16 && std::is_base_of_v<accel::simd::avx512_bf16, A>;
+          require_close(out, want, pairs ? 2e-2 * std::sqrt(double(k)) / 8 : 1e-4, pairs ? 1e-2 : 1e-5);
+          ++tiers;
+        });
+        REQUIRE(tiers >= 1);
+      }
+    }
+  }
+  std::string best;  // the dispatch takes the highest rung this CPU runs under the cap
+  cpu::gemv_ladder::for_each([&](auto arch) {
+    using A = decltype(arch);
+    if (best.empty() && A::supported() && A::available()) best = A::name();
+  });
+  CHECK(std::string(cpu::gemv_kernels().arch) == best);
 }
 
 TEST_CASE("linear on a bf16 weight with 1-17 rows (GEMV tiles of four up to 16, then oneDNN)", "[ops][matmul][linear]") {

@@ -411,24 +411,31 @@ TEST_CASE("gemv_4bit equals dequantize_4bit then a float matmul", "[quant][bnb]"
       }
     }
   }
-  // The AVX-512 kernel and the portable one agree (where the CPU runs AVX-512).
-  if (simd::avx512::available()) {
-    const auto wv = random_floats(64 * 512, 31, 0.05f);
-    const auto q = quantize_4bit(Tensor::from_vector(wv, Shape{64, 512}), {.quant_type = BnbQuantType::nf4});
-    const auto xv = random_floats(9 * 512, 32);
+  // Every vector tier this CPU runs agrees with the portable kernel: 1-9 rows (groups of four on
+  // AVX2, eight on AVX-512, and one row alone), all output rows and rows 5..63 only, blocks of 64
+  // and 32, and a width of 48 (blocks straddle rows; AVX-512 takes its element-order kernel).
+  for (const auto& [in, bs] : std::vector<std::pair<std::int64_t, std::int64_t>>{{512, 64}, {512, 32}, {48, 64}}) {
+    const auto wv = random_floats(static_cast<std::size_t>(64 * in), 31, 0.05f);
+    const auto q = quantize_4bit(Tensor::from_vector(wv, Shape{64, in}), {.blocksize = bs, .quant_type = BnbQuantType::nf4});
+    const auto xv = random_floats(static_cast<std::size_t>(9 * in), 32);
     const auto bytes = bytes_of(q.packed);
     const auto am = q.state.absmax_f32();
-    std::vector<float> ys(9 * 64), yv(9 * 64);
     const float* lut = bnb_4bit_info(BnbQuantType::nf4).decode.data();
-    gemv_4bit_rows(simd::scalar{}, xv.data(), 9, bytes.data(), am.data(), lut, 64, 512, 64, 0, 64, ys.data());
-    gemv_4bit_rows(simd::avx512{}, xv.data(), 9, bytes.data(), am.data(), lut, 64, 512, 64, 0, 64, yv.data());
-    for (std::size_t i = 0; i < ys.size(); ++i) REQUIRE(yv[i] == Approx(ys[i]).epsilon(1e-4).margin(1e-5));
-    // One row takes the even / odd kernel, over output rows 5..63 only.
-    std::fill(ys.begin(), ys.end(), 0.0f);
-    std::fill(yv.begin(), yv.end(), 0.0f);
-    gemv_4bit_rows(simd::scalar{}, xv.data(), 1, bytes.data(), am.data(), lut, 64, 512, 64, 5, 64, ys.data());
-    gemv_4bit_rows(simd::avx512{}, xv.data(), 1, bytes.data(), am.data(), lut, 64, 512, 64, 5, 64, yv.data());
-    for (std::size_t i = 0; i < 64; ++i) REQUIRE(yv[i] == Approx(ys[i]).epsilon(1e-4).margin(1e-5));
+    const auto n = static_cast<std::size_t>(in), b = static_cast<std::size_t>(bs);
+    for (const std::size_t rows : {1u, 2u, 5u, 9u}) {
+      for (const std::size_t r0 : {0u, 5u}) {
+        std::vector<float> ys(9 * 64, 0.0f);
+        gemv_4bit_rows(simd::scalar{}, xv.data(), rows, bytes.data(), am.data(), lut, b, n, 64, r0, 64, ys.data());
+        bnb_4bit_ladder::for_each([&](auto arch) {
+          using A = decltype(arch);
+          if (!A::supported() || !A::available()) return;
+          INFO(A::name() << " in " << in << " block " << bs << " rows " << rows << " from " << r0);
+          std::vector<float> yv(9 * 64, 0.0f);
+          gemv_4bit_rows(arch, xv.data(), rows, bytes.data(), am.data(), lut, b, n, 64, r0, 64, yv.data());
+          for (std::size_t i = 0; i < ys.size(); ++i) REQUIRE(yv[i] == Approx(ys[i]).epsilon(1e-4).margin(1e-5));
+        });
+      }
+    }
   }
   const auto q = quantize_4bit(Tensor::ones({4, 64}));
   CHECK_THROWS_AS(gemv_4bit(Tensor::ones({2, 32}), q.packed, q.state), ShapeError);
@@ -473,7 +480,7 @@ TEST_CASE("int8_vectorwise_quant holds outliers back (hand-computed)", "[quant][
   CHECK_THROWS_AS(int8_vectorwise_quant(a, 2, 3, -1.0f), ValueError);
 }
 
-TEST_CASE("the int8 product: VNNI and portable agree exactly", "[quant][bnb]") {
+TEST_CASE("the int8 product: every tier and the portable one agree exactly", "[quant][bnb]") {
   std::mt19937 g(3);
   std::uniform_int_distribution<int> d(-127, 127);
   // One row, a group of six, and a group of eight then five; k = 200 ends in a partial step; the
@@ -485,6 +492,8 @@ TEST_CASE("the int8 product: VNNI and portable agree exactly", "[quant][bnb]") {
     for (auto& x : b) x = static_cast<std::int8_t>(d(g));
     b[5] = -128;  // a stored weight may hold it
     a[7] = -128;  // so may an activation code of an affine scheme
+    a[4] = a[5] = -128;  // and both at once: -128 x -128 twice in a pair passes int16
+    b[4] = -128;
     std::vector<std::int32_t> c0(rows * out, -1), c1(rows * out, -1);
     int8_linear_matmul(simd::scalar{}, a.data(), rows, b.data(), k, out, r0, out, c0.data());
     for (std::size_t t = 0; t < rows; ++t) {
@@ -492,10 +501,14 @@ TEST_CASE("the int8 product: VNNI and portable agree exactly", "[quant][bnb]") {
       for (std::size_t j = 0; j < k; ++j) s += a[t * k + j] * b[r0 * k + j];
       CHECK(c0[t * out + r0] == s);
     }
-    if (simd::avx512_vnni::available()) {
-      int8_linear_matmul(simd::avx512_vnni{}, a.data(), rows, b.data(), k, out, r0, out, c1.data());
+    bnb_int8_ladder::for_each([&](auto arch) {
+      using A = decltype(arch);
+      if (!A::supported() || !A::available()) return;
+      INFO(A::name() << " rows " << rows);
+      std::fill(c1.begin(), c1.end(), -1);
+      int8_linear_matmul(arch, a.data(), rows, b.data(), k, out, r0, out, c1.data());
       CHECK(c0 == c1);  // columns below r0 untouched by both
-    }
+    });
   }
 }
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -38,7 +39,7 @@ inline constexpr std::int64_t small_m_rows = 4;
 /// rows while it is in the cache: 16 rows of 4096 x 4096 took 3.5 ms against oneDNN 2.6's bf16
 /// matmul at 4.2 ms, 4096 x 14336 12.7 against 17.0, Intel Xeon, 2 threads).
 inline std::int64_t gemv_rows_limit(DType wd) {
-  return wd == DType::bf16 && backend::cpu::detail::gemv_has_bf16_kernel ? 16 : small_m_rows;
+  return wd == DType::bf16 && backend::cpu::gemv_kernels().bf16_pairs ? 16 : small_m_rows;
 }
 
 /// oneDNN layout of a 2-d view (rows x cols with the given strides), or nullopt when oneDNN
@@ -97,14 +98,19 @@ inline void linear_small_m(const float* a, std::int64_t m, const Tensor& w, cons
 
 /// x2 (f32 [M, K], laid out as `la`) times a half-precision weight [N, K] with unit column stride,
 /// plus bias, into out (f32 [M, N], dense): the weight goes to f32 a block of rows at a time, into
-/// one buffer of about 2 MiB, and each block through oneDNN's f32 GEMM into its columns of out.
-/// The whole weight is never widened (a 14336 x 4096 bf16 one would take 235 MB of f32).
+/// one buffer of 2 MiB or 128 rows, and each block through oneDNN's f32 GEMM into a dense [M, rows]
+/// result that is copied into its columns of out. The whole weight is never widened (a 14336 x
+/// 4096 bf16 one would take 235 MB of f32). Why dense and at least 128 rows: oneDNN 2.6's AVX-512
+/// GEMM ran 16 x 14336 x 32 blocks of a transposed weight at 16 GFLOPS when writing into columns
+/// of a wider result, 87-90 GFLOPS into a dense one from 128 rows on (Zen 4, 2 threads).
 inline void linear_half_weight_blocks(const Tensor& x2, const backend::cpu::MatrixLayout& la, const Tensor& w,
                                       const float* bias, float* out) {
   const std::int64_t M = x2.size(0), K = w.size(1), N = w.size(0);
-  const std::int64_t block = std::min(N, std::max<std::int64_t>(16, (std::int64_t{1} << 19) / K / 16 * 16));
+  const std::int64_t block = std::min(N, std::max<std::int64_t>(128, (std::int64_t{1} << 19) / K / 16 * 16));
   Tensor buffer = Tensor::empty(Shape{block, K}, DType::f32);
+  Tensor result = Tensor::empty(Shape{M, block}, DType::f32);
   auto* wf = buffer.data_ptr<float>();
+  auto* part = result.data_ptr<float>();
   const auto* wbytes = static_cast<const std::byte*>(w.data_ptr());
   const std::size_t row_bytes = static_cast<std::size_t>(w.stride(0)) * w.element_size();
   for (std::int64_t n0 = 0; n0 < N; n0 += block) {
@@ -124,9 +130,14 @@ inline void linear_half_weight_blocks(const Tensor& x2, const backend::cpu::Matr
     p.m = M, p.k = K, p.n = nb;
     p.a = la;
     p.b = {0, 1, K};  // element (k, n) of the block's transpose is wf[n * K + k]
-    p.c_row_stride = N;
     p.has_bias = bias != nullptr;
-    backend::cpu::dnnl_matmul(p, x2.data_ptr(), wf, out + n0, bias ? bias + n0 : nullptr);
+    float* dst = nb == N ? out : part;
+    backend::cpu::dnnl_matmul(p, x2.data_ptr(), wf, dst, bias ? bias + n0 : nullptr);
+    if (dst == part) {
+      for (std::int64_t i = 0; i < M; ++i) {
+        std::memcpy(out + i * N + n0, part + i * nb, static_cast<std::size_t>(nb) * sizeof(float));
+      }
+    }
   }
 }
 

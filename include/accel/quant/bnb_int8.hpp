@@ -50,10 +50,9 @@
 #include "accel/core/simd_arch.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/quant/activation_rows.hpp"
-
-#if ACCEL_SIMD_X86
-#include <immintrin.h>
-#endif
+#include "accel/quant/bnb_int8_gemm/avx2.hpp"
+#include "accel/quant/bnb_int8_gemm/avx512_vnni.hpp"
+#include "accel/quant/bnb_int8_gemm/scalar.hpp"
 
 namespace accel::quant {
 
@@ -149,97 +148,11 @@ inline Tensor int8_vectorwise_dequant(const Int8Weight& w) {
 }
 
 // ---- C = A B^T in int32 ----------------------------------------------------------------------
+//
+// The kernels live one tier to a file in bnb_int8_gemm/ (scalar, avx2, avx512_vnni).
 
 /// The tags the int8 product dispatches over, best first.
-using bnb_int8_ladder = xsimd::arch_list<simd::avx512_vnni, simd::scalar>;
-
-/// Output columns [r0, r1) of C (rows x out, int32) = A (rows x k) B^T (B: out x k), int8 codes.
-inline void int8_linear_matmul(simd::requires_arch<simd::scalar>, const std::int8_t* a, std::size_t rows,
-                               const std::int8_t* b, std::size_t k, std::size_t out, std::size_t r0, std::size_t r1,
-                               std::int32_t* c) noexcept {
-  for (std::size_t r = r0; r < r1; ++r) {
-    const std::int8_t* br = b + r * k;
-    for (std::size_t t = 0; t < rows; ++t) {
-      const std::int8_t* at = a + t * k;
-      std::int32_t s = 0;
-      for (std::size_t j = 0; j < k; ++j) s += static_cast<std::int32_t>(at[j]) * br[j];
-      c[t * out + r] = s;
-    }
-  }
-}
-
-#if ACCEL_SIMD_X86
-namespace detail {
-/// Columns [r0, r1) of C for NT activation rows `au` stored as unsigned codes (a + 128), R weight
-/// rows a step: VPDPBUSD multiplies unsigned by signed bytes, so sum((a + 128) b) - 128 sum(b) is
-/// the product, with sum(b) taken by one more VPDPBUSD against ones per weight step (shared by
-/// the activation rows). The R weight rows meet each activation load.
-template <int NT, int R>
-[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void int8_tile(const std::uint8_t* au, const std::int8_t* b, std::size_t k,
-                                                          std::size_t out, std::size_t r0, std::size_t r1,
-                                                          std::int32_t* c) noexcept {
-  const __m512i ones = _mm512_set1_epi8(1);
-  std::size_t r = r0;
-  for (; r + R <= r1; r += R) {
-    __m512i acc[NT][R], sum[R];
-#pragma GCC unroll 4
-    for (int q = 0; q < R; ++q) {
-      sum[q] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) acc[t][q] = _mm512_setzero_si512();
-    }
-    for (std::size_t j = 0; j < k; j += 64) {
-      const __mmask64 m = k - j >= 64 ? ~__mmask64{0} : (__mmask64{1} << (k - j)) - 1;
-      __m512i bv[R];
-#pragma GCC unroll 4
-      for (int q = 0; q < R; ++q) {
-        bv[q] = _mm512_maskz_loadu_epi8(m, b + (r + static_cast<std::size_t>(q)) * k + j);
-        sum[q] = _mm512_dpbusd_epi32(sum[q], ones, bv[q]);
-      }
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) {
-        const __m512i av = _mm512_maskz_loadu_epi8(m, au + static_cast<std::size_t>(t) * k + j);
-#pragma GCC unroll 4
-        for (int q = 0; q < R; ++q) acc[t][q] = _mm512_dpbusd_epi32(acc[t][q], av, bv[q]);
-      }
-    }
-#pragma GCC unroll 4
-    for (int q = 0; q < R; ++q) {
-      const std::int32_t shift = 128 * _mm512_reduce_add_epi32(sum[q]);
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) {
-        c[static_cast<std::size_t>(t) * out + r + static_cast<std::size_t>(q)] = _mm512_reduce_add_epi32(acc[t][q]) - shift;
-      }
-    }
-  }
-  if constexpr (R > 1) {
-    if (r < r1) int8_tile<NT, 1>(au, b, k, out, r, r1, c);
-  }
-}
-}  // namespace detail
-
-/// AVX-512 VNNI: the activation codes are stored once as unsigned (a + 128, in a buffer of this
-/// thread's) and groups of up to eight rows meet four weight rows a step (detail::int8_tile).
-/// Against a kernel that took each weight's sign onto every activation load (abs, a sign mask and
-/// a masked subtract per step) with one weight row at a time, m = 4096, k = 4096 / 14336, 2
-/// threads: one row 580 / 2132 -> 394 / 1437 us, 16 rows 3595 / 14870 -> 2145 / 7283 us. Any int8
-/// codes work, -128 included on both sides.
-ACCEL_TARGET_AVX512_VNNI inline void int8_linear_matmul(simd::requires_arch<simd::avx512_vnni>, const std::int8_t* a,
-                                                        std::size_t rows, const std::int8_t* b, std::size_t k,
-                                                        std::size_t out, std::size_t r0, std::size_t r1,
-                                                        std::int32_t* c) {
-  std::uint8_t* au = detail::activation_buffer<std::uint8_t>(rows * k);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  std::size_t i = 0;
-  for (; i + 64 <= rows * k; i += 64) {
-    _mm512_storeu_si512(au + i, _mm512_xor_si512(_mm512_loadu_si512(a + i), flip));
-  }
-  for (; i < rows * k; ++i) au[i] = static_cast<std::uint8_t>(a[i]) ^ 0x80u;
-  detail::for_row_groups(rows, [&](std::size_t t0, auto nt) {
-    detail::int8_tile<decltype(nt)::value, 4>(au + t0 * k, b, k, out, r0, r1, c + t0 * out);
-  });
-}
-#endif
+using bnb_int8_ladder = xsimd::arch_list<simd::avx512_vnni, simd::avx2, simd::scalar>;
 
 // ---- MatMul8bitLt ------------------------------------------------------------------------------
 

@@ -89,14 +89,11 @@ struct MatmulProblem {
   dnnl::memory::data_type b_type = dnnl::memory::data_type::f32;
   dnnl::memory::data_type c_type = dnnl::memory::data_type::f32;
   bool has_bias = false;  ///< bias is f32 [N]
-  /// Elements between rows of an unbatched c (0: n, dense): a product can fill a column block of
-  /// a wider result.
-  std::int64_t c_row_stride = 0;
 };
 
 namespace detail {
 
-using MatmulKey = std::array<std::int64_t, 15>;
+using MatmulKey = std::array<std::int64_t, 14>;
 
 inline MatmulKey matmul_key(const MatmulProblem& p) {
   return {p.batch,          p.m,
@@ -105,8 +102,7 @@ inline MatmulKey matmul_key(const MatmulProblem& p) {
           p.a.col_stride,   p.b.batch_stride,
           p.b.row_stride,   p.b.col_stride,
           static_cast<std::int64_t>(p.a_type), static_cast<std::int64_t>(p.b_type),
-          static_cast<std::int64_t>(p.c_type), p.has_bias ? 1 : 0,
-          p.c_row_stride};
+          static_cast<std::int64_t>(p.c_type), p.has_bias ? 1 : 0};
 }
 
 struct CachedMatmul {
@@ -157,7 +153,7 @@ class MatmulCache {
     c.a_md = operand(p.m, p.k, p.a, p.a_type);
     c.b_md = operand(p.k, p.n, p.b, p.b_type);
     c.c_md = batched ? md(dims{p.batch, p.m, p.n}, p.c_type, dims{p.m * p.n, p.n, 1})
-                     : md(dims{p.m, p.n}, p.c_type, dims{p.c_row_stride > 0 ? p.c_row_stride : p.n, 1});
+                     : md(dims{p.m, p.n}, p.c_type, dims{p.n, 1});
     if (p.has_bias) {
       c.bias_md = batched ? md(dims{1, 1, p.n}, dnnl::memory::data_type::f32, dims{p.n, p.n, 1})
                           : md(dims{1, p.n}, dnnl::memory::data_type::f32, dims{p.n, 1});
@@ -209,8 +205,8 @@ inline void* scratch_buffer(std::size_t bytes) {
 
 }  // namespace detail
 
-/// Runs `p` on raw pointers: a and b laid out as p describes, c row-major (rows c_row_stride
-/// apart when batch is 1, else dense), bias f32 [N] (or nullptr). Synchronous: the result is in c on return.
+/// Runs `p` on raw pointers: a and b laid out as p describes, c dense row-major, bias f32 [N]
+/// (or nullptr). Synchronous: the result is in c on return.
 inline void dnnl_matmul(const MatmulProblem& p, const void* a, const void* b, void* c,
                         const float* bias = nullptr) {
   if (p.m == 0 || p.n == 0 || p.batch == 0) return;

@@ -1,0 +1,146 @@
+// The AVX2 GEMV (x86-64-v3: AVX2, FMA, F16C): weight rows widened to f32 eight at a time in
+// registers (f16 by F16C, bf16 by a zero-extend and a shift, which is exact) and multiplied into
+// f32 accumulators by FMAs; x stays f32. One activation row (decoding) reads the weight rows one
+// after another, four chunks in flight; two to four rows meet two weight rows a step, so that
+// their 4 x 2 accumulators, the two weight chunks and one x chunk fit the sixteen registers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "accel/backend/cpu/gemv/problem.hpp"
+#include "accel/core/dtype.hpp"
+#include "accel/core/float_types.hpp"
+#include "accel/core/simd_arch.hpp"
+
+#if ACCEL_SIMD_X86
+#include <immintrin.h>
+
+namespace accel::backend::cpu::detail {
+
+/// Weight rows of f32 / f16 / bf16: eight elements widened into a register, and one element for
+/// the tail.
+struct avx2_f32_row {
+  ACCEL_TARGET_AVX2 static __m256 load8(const std::byte* r, std::int64_t at) noexcept {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + at);
+  }
+  static float at(const std::byte* r, std::int64_t t) noexcept {
+    float v;
+    std::memcpy(&v, r + 4 * t, 4);
+    return v;
+  }
+};
+struct avx2_f16_row {
+  ACCEL_TARGET_AVX2 static __m256 load8(const std::byte* r, std::int64_t at) noexcept {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * at)));
+  }
+  static float at(const std::byte* r, std::int64_t t) noexcept {
+    std::uint16_t b;
+    std::memcpy(&b, r + 2 * t, 2);
+    return static_cast<float>(half::from_bits(b));
+  }
+};
+struct avx2_bf16_row {
+  ACCEL_TARGET_AVX2 static __m256 load8(const std::byte* r, std::int64_t at) noexcept {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * at)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static float at(const std::byte* r, std::int64_t t) noexcept {
+    std::uint16_t b;
+    std::memcpy(&b, r + 2 * t, 2);
+    return static_cast<float>(bfloat16::from_bits(b));
+  }
+};
+
+ACCEL_TARGET_AVX2 inline float hsum8(__m256 v) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/// R weight rows from j against M activation rows (k apart), U chunks of eight in flight per
+/// pair: out[i * n + j + r].
+template <class W, int M, int R, int U>
+ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
+                                             std::size_t j, std::int64_t n, const float* bias, float* out) noexcept {
+  const std::byte* rows[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) rows[r] = w + (j + static_cast<std::size_t>(r)) * row_bytes;
+  __m256 acc[M][R][U];
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) acc[i][r][u] = _mm256_setzero_ps();
+    }
+  }
+  std::int64_t kk = 0;
+  for (; kk + 8 * U <= k; kk += 8 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      __m256 wv[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) wv[r] = W::load8(rows[r], kk + 8 * u);
+#pragma GCC unroll 4
+      for (int i = 0; i < M; ++i) {
+        const __m256 xv = _mm256_loadu_ps(x + i * k + kk + 8 * u);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[i][r][u] = _mm256_fmadd_ps(xv, wv[r], acc[i][r][u]);
+      }
+    }
+  }
+  for (; kk + 8 <= k; kk += 8) {
+    __m256 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) wv[r] = W::load8(rows[r], kk);
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[i][r][0] = _mm256_fmadd_ps(xv, wv[r], acc[i][r][0]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256 a = acc[i][r][0];
+#pragma GCC unroll 4
+      for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[i][r][u]);
+      float s = hsum8(a);
+      for (std::int64_t t = kk; t < k; ++t) s += x[i * k + t] * W::at(rows[r], t);
+      const std::size_t col = j + static_cast<std::size_t>(r);
+      out[i * n + static_cast<std::int64_t>(col)] = s + (bias ? bias[col] : 0.0f);
+    }
+  }
+}
+
+/// Tiles of M activation rows against weight rows [j0, j1) (gemv_by_rows).
+template <class W>
+struct avx2_blocks {
+  template <int M>
+  ACCEL_TARGET_AVX2 static void block(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
+                                      std::size_t j0, std::size_t j1, std::int64_t n, const float* bias, float* out) noexcept {
+    std::size_t j = j0;
+    if constexpr (M == 1) {
+      for (; j < j1; ++j) gemv_tile_avx2<W, 1, 1, 4>(x, k, w, row_bytes, j, n, bias, out);
+    } else {
+      for (; j + 2 <= j1; j += 2) gemv_tile_avx2<W, M, 2, 1>(x, k, w, row_bytes, j, n, bias, out);
+      if (j < j1) gemv_tile_avx2<W, M, 1, 1>(x, k, w, row_bytes, j, n, bias, out);
+    }
+  }
+};
+
+/// gemv of `p` for weights of `wd` (f32, f16 or bf16).
+inline void gemv(simd::requires_arch<simd::avx2>, DType wd, const GemvProblem& p) {
+  if (wd == DType::bf16) return gemv_by_rows<avx2_blocks<avx2_bf16_row>>(p);
+  if (wd == DType::f16) return gemv_by_rows<avx2_blocks<avx2_f16_row>>(p);
+  gemv_by_rows<avx2_blocks<avx2_f32_row>>(p);
+}
+
+}  // namespace accel::backend::cpu::detail
+
+#endif

@@ -1,0 +1,89 @@
+// What every tier's GEMV kernel takes, and the work split they share (backend/cpu/gemv.hpp is
+// the interface).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "accel/core/parallel.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace accel::backend::cpu {
+
+/// The most activation rows a kernel keeps in registers (a tile of gemv_rows).
+inline constexpr std::int64_t gemv_max_rows = 4;
+
+/// out[i, j] = x[i, :] . w[j, :] (+ bias[j]) for i < m, j < n: x dense f32 [m, k], w rows of k
+/// elements `row_bytes` apart, out dense [m, n].
+struct GemvProblem {
+  const float* x = nullptr;
+  std::int64_t m = 0, k = 0;
+  const std::byte* w = nullptr;
+  std::size_t row_bytes = 0;
+  std::int64_t n = 0;
+  const float* bias = nullptr;
+  float* out = nullptr;
+};
+
+namespace detail {
+
+/// Runs f(begin, end) over blocks of about `grain` rows of [0, n), handed out to the threads as
+/// they finish: two threads streaming from DRAM rarely get equal bandwidth, and a static split
+/// leaves the faster one waiting at the barrier.
+template <class F>
+void gemv_blocks(std::size_t n, std::size_t grain, F&& f) {
+#if defined(_OPENMP)
+  const std::size_t blocks = (n + grain - 1) / std::max<std::size_t>(grain, 1);
+  if (blocks > 1 && num_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(blocks); ++i) {
+      const std::size_t b = static_cast<std::size_t>(i) * grain;
+      f(b, std::min(n, b + grain));
+    }
+    return;
+  }
+#endif
+  f(std::size_t{0}, n);
+}
+
+/// Weight rows per block of the split: about 256 KiB of weights (a multiple of 4 rows), enough to
+/// amortise scheduling, small enough that the threads end together. Tiles of gemv_max_rows
+/// activation rows meet each block in turn: the first reads it from memory, the others from the
+/// cache.
+inline std::size_t gemv_grain(std::size_t row_bytes) {
+  return std::max<std::size_t>(4, (std::size_t{1} << 18) / std::max<std::size_t>(row_bytes, 1) / 4 * 4);
+}
+
+/// Runs tile(x_tile, rows, j0, j1, out_tile) for every tile of up to gemv_max_rows rows of x and
+/// every block of weight rows, blocks split over the threads.
+template <class Tile>
+void gemv_tiles(const GemvProblem& p, std::int64_t x_row_stride, const Tile& tile) {
+  gemv_blocks(static_cast<std::size_t>(p.n), gemv_grain(p.row_bytes), [&](std::size_t b, std::size_t e) {
+    for (std::int64_t i = 0; i < p.m; i += gemv_max_rows) {
+      tile(i * x_row_stride, std::min(gemv_max_rows, p.m - i), b, e, p.out + i * p.n);
+    }
+  });
+}
+
+/// Runs Blocks::block<M>(x, k, w, row_bytes, j0, j1, n, bias, out) over the tiles of `p`, M the
+/// tile's activation rows (1 to gemv_max_rows) as a template argument, so that a kernel keeps its
+/// M x R accumulators in registers.
+template <class Blocks>
+void gemv_by_rows(const GemvProblem& p) {
+  gemv_tiles(p, p.k, [&](std::int64_t x0, std::int64_t rows, std::size_t j0, std::size_t j1, float* out) {
+    const float* x = p.x + x0;
+    switch (rows) {
+      case 1: Blocks::template block<1>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      case 2: Blocks::template block<2>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      case 3: Blocks::template block<3>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      default: Blocks::template block<4>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace accel::backend::cpu
