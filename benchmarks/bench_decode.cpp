@@ -3,8 +3,11 @@
 //
 //   bench_decode [--dtype bfloat16|float16|float32] [--layers 8] [--embd 2048] [--ff 5632]
 //                [--heads 32] [--kv-heads 4] [--vocab 32000] [--prompt 64] [--decode 32] [--reps 5]
-//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]] [--folder DIR] [--json]
+//                [--llama-bench PATH --gguf MODEL.gguf [--gguf MODEL2.gguf]] [--folder DIR] [--tier T] [--json]
 //
+// --tier caps the library's CPU kernels at one tier (scalar, avx2, avx512, avx512_vnni,
+// avx512_bf16; ACCEL_CPU_ARCH); the report and the JSON name the tier that ran ("cpu_tier"). A
+// llama.cpp to compare a capped tier with is one built for that tier.
 // The default shape is the one of llama.cpp's CPU anchor (../shared/anchors: 483M parameters,
 // untied head; make_bench_model.py writes it as GGUF). With --llama-bench, llama.cpp's llama-bench
 // runs on each --gguf model (pp64 and tg32 at 2 threads, one repetition) between accel's
@@ -38,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cpu_tier.hpp"
 #include "common/json_stdout.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
@@ -93,6 +97,7 @@ struct Args {
   std::string llama_bench;
   std::vector<std::string> ggufs;
   std::string folder;
+  std::string tier;
   bool json = false;
 };
 
@@ -150,6 +155,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--llama-bench") a.llama_bench = v;
     else if (k == "--gguf") a.ggufs.push_back(v);
     else if (k == "--folder") a.folder = v;
+    else if (k == "--tier") a.tier = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -162,6 +168,7 @@ Args parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  const std::string tier = accel_bench::apply_cpu_tier(a.tier);
   JsonStdout json(a.json);
   const accel_bench::LlamaShape shape{a.layers, a.embd, a.ff, a.heads, a.kv_heads, a.vocab};
   auto lm = accel_bench::random_llama(shape, a.dtype);
@@ -228,7 +235,7 @@ int main(int argc, char** argv) {
   }
   const double tg_m = median(tg), pp_m = median(pp), rd_m = median(rd), cp_m = median(cp);
   const double achieved = static_cast<double>(streamed_bytes) * tg_m / 1e9;
-  std::printf("\nmedians of %d repetitions, %d threads\n", a.reps, accel::num_threads());
+  std::printf("\nmedians of %d repetitions, %d threads, CPU tier %s\n", a.reps, accel::num_threads(), tier.c_str());
   std::printf("prefill (%lld-token prompt) %8.1f tokens/s\n", static_cast<long long>(a.prompt), pp_m);
   std::printf("decode  (%lld tokens)       %8.1f tokens/s = %.1f GB/s of weights\n", static_cast<long long>(a.decode),
               tg_m, achieved);
@@ -256,7 +263,7 @@ int main(int argc, char** argv) {
     std::printf("llama.cpp %s: pp %.1f tokens/s (accel %.2fx), tg %.1f tokens/s (accel %.2fx)\n", a.ggufs[m].c_str(), rp,
                 pp_m / rp, rt, tg_m / rt);
   }
-  nlohmann::json j = {{"reps", a.reps}, {"threads", accel::num_threads()}, {"dtype", std::string(accel::dtype_name(a.dtype))},
+  nlohmann::json j = {{"reps", a.reps}, {"threads", accel::num_threads()}, {"cpu_tier", tier}, {"dtype", std::string(accel::dtype_name(a.dtype))},
                       {"params", params}, {"streamed_bytes", streamed_bytes}, {"prompt", a.prompt}, {"decode", a.decode},
                       {"prefill_tokens_per_s", pp_m}, {"decode_tokens_per_s", tg_m}, {"weights_gbps", achieved},
                       {"read_gbps", rd_m}, {"memcpy_gbps", cp_m}, {"loaded", nlohmann::json::array()}};
