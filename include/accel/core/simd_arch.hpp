@@ -54,6 +54,13 @@ namespace accel::simd {
 /// The tiers ACCEL_CPU_ARCH can name, lowest first.
 inline constexpr std::string_view tier_names[] = {"scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16"};
 
+/// `name`'s place in tier_names, or std::size(tier_names) when it names no tier.
+constexpr std::size_t tier_rank(std::string_view name) noexcept {
+  std::size_t i = 0;
+  while (i < std::size(tier_names) && tier_names[i] != name) ++i;
+  return i;
+}
+
 namespace detail {
 
 /// What this CPU and its OS can run: the CPUID bits, and XCR0 saying the OS saves the registers.
@@ -67,10 +74,7 @@ struct cpu_features {
   explicit cpu_features(const char* cap) {
     detect();
     if (!cap || !*cap) return;
-    std::size_t rank = std::size(tier_names);
-    for (std::size_t i = 0; i < std::size(tier_names); ++i) {
-      if (tier_names[i] == cap) rank = i;
-    }
+    const std::size_t rank = tier_rank(cap);
     if (rank == std::size(tier_names)) {
       std::string valid;
       for (auto n : tier_names) valid += (valid.empty() ? "" : ", ") + std::string(n);

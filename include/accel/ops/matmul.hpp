@@ -23,6 +23,7 @@
 #include "accel/backend/cpu/gemv.hpp"
 #include "accel/backend/cpu/int8_gemm.hpp"
 #include "accel/backend/cpu/kernels.hpp"
+#include "accel/core/convert.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/ops/op_support.hpp"
@@ -117,13 +118,8 @@ inline void linear_half_weight_blocks(const Tensor& x2, const backend::cpu::Matr
     const std::int64_t nb = std::min(block, N - n0);
     parallel_for(static_cast<std::size_t>(nb), 8, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
-        const std::byte* src = wbytes + (static_cast<std::size_t>(n0) + r) * row_bytes;
-        float* dst = wf + r * static_cast<std::size_t>(K);
-        if (w.dtype() == DType::bf16) {
-          accel::detail::bf16_to_f32(reinterpret_cast<const bfloat16*>(src), dst, static_cast<std::size_t>(K));
-        } else {
-          accel::detail::f16_to_f32(reinterpret_cast<const half*>(src), dst, static_cast<std::size_t>(K));
-        }
+        convert_elements(w.dtype(), wbytes + (static_cast<std::size_t>(n0) + r) * row_bytes, DType::f32,
+                         wf + r * static_cast<std::size_t>(K), static_cast<std::size_t>(K));
       }
     });
     backend::cpu::MatmulProblem p;
