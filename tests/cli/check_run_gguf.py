@@ -8,10 +8,12 @@ to a GGUF F32 file the way llama.cpp's convert_hf_to_gguf.py lays one out (its t
 LLaMA's q/k rows interleaved per head, GPT-2's Conv1D weights transposed, the hyper-parameters as
 metadata), and `accel run FILE.gguf --ids ... --json` must give the greedy tokens that
 transformers gave (reference.json), which `accel run` of the folder also gives. A GGUF file of an
-unsupported architecture exits 1 naming the file.
+unsupported architecture exits 1 naming the file. A BF16 file of tiny_llama runs a 64-token prompt
+in bfloat16 at every CPU tier (ACCEL_CPU_ARCH).
 """
 import array
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -20,6 +22,8 @@ import sys
 FAILURES = []
 
 UINT32, FLOAT32, STRING = 4, 6, 8
+F32, BF16 = 0, 30  # ggml tensor types
+TIERS = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16")  # ACCEL_CPU_ARCH's x86 tiers, lowest first
 
 
 def check(cond, what):
@@ -103,17 +107,25 @@ def write_gguf(path, kv, tensors):
         out += {UINT32: lambda v: struct.pack("<I", v), FLOAT32: lambda v: struct.pack("<f", v),
                 STRING: string}[vtype](value)
     offset, blobs = 0, []
-    for name, (shape, raw) in tensors.items():
+    for name, (shape, raw, ggml_type) in tensors.items():
         ne = list(reversed(shape))
         out += string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", e) for e in ne)
-        out += struct.pack("<IQ", 0, offset)
+        out += struct.pack("<IQ", ggml_type, offset)
         blobs.append(raw + b"\0" * (-len(raw) % 32))
         offset += len(blobs[-1])
     out += b"\0" * (-len(out) % 32)
     path.write_bytes(bytes(out) + b"".join(blobs))
 
 
-def convert(folder, out):
+def to_bf16(raw):
+    """float32 bytes as bfloat16, rounded to nearest even (as llama.cpp's converter rounds)."""
+    words = array.array("I", raw)
+    return array.array("H", [(w + 0x7FFF + ((w >> 16) & 1)) >> 16 & 0xFFFF for w in words]).tobytes()
+
+
+def convert(folder, out, bf16=False, context=None):
+    """The folder's GGUF F32 file; with bf16, its 2-D weights bfloat16 (llama-quantize's BF16 keeps
+    the 1-D ones float32); context overrides the context length."""
     config = json.loads((folder / "config.json").read_text())
     arch = config["model_type"]
     weights = read_safetensors(folder / "model.safetensors")
@@ -153,7 +165,9 @@ def convert(folder, out):
             raw = permute_rows(raw, shape[0], cols, n_head)
         if arch == "gpt2" and len(shape) == 2 and name.startswith("blk.") and name.endswith(".weight"):
             raw, shape = transpose(raw, shape[0], shape[1]), [shape[1], shape[0]]
-        tensors[name] = (shape, raw)
+        tensors[name] = (shape, to_bf16(raw) if bf16 and len(shape) == 2 else raw, BF16 if bf16 and len(shape) == 2 else F32)
+    if context:
+        kv[f"{arch}.context_length"] = (UINT32, context)
     write_gguf(out, kv, tensors)
 
 
@@ -177,13 +191,34 @@ def main():
                       f"{name} ({what}): {out.get('generated_ids')} != transformers' {ref['greedy_new_tokens']}")
                 check(out.get("dtype") == "float32", f"{name} ({what}): an F32 file runs in float32")
     bad = work / "falcon.gguf"
-    write_gguf(bad, {"general.architecture": (STRING, "falcon")}, {"token_embd.weight": ([2, 32], b"\0" * 256)})
+    write_gguf(bad, {"general.architecture": (STRING, "falcon")}, {"token_embd.weight": ([2, 32], b"\0" * 256, F32)})
     proc = subprocess.run([accel, "run", str(bad), "--ids", "1"], capture_output=True, text=True, timeout=60)
     check(proc.returncode == 1 and "falcon.gguf" in proc.stderr and "falcon" in proc.stderr,
           f"unsupported architecture: exit {proc.returncode}: {proc.stderr.strip()}")
+    bf16_at_every_tier(accel, models, work)
     if FAILURES:
         sys.exit(1)
-    print("ok: GGUF files converted here run as transformers' models")
+    print("ok: GGUF files converted here run as transformers' models, and a BF16 file at every CPU tier")
+
+
+def bf16_at_every_tier(accel, models, work):
+    """A BF16 file with a 64-token prompt runs in bfloat16 at every CPU tier (ACCEL_CPU_ARCH): the
+    prompt's rows go through the matrix products, oneDNN's bf16 matmul where the tier has one and
+    float32 blocks of the weight elsewhere, never an error. A tier above the machine's runs its best."""
+    gguf = work / "tiny_llama_bf16.gguf"
+    convert(models / "tiny_llama", gguf, bf16=True, context=128)
+    ids = ",".join(str(5 * i % 120 + 3) for i in range(64))
+    for tier in TIERS:
+        proc = subprocess.run([accel, "run", str(gguf), "--ids", ids, "--max-new-tokens", "4", "--json"],
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ, ACCEL_CPU_ARCH=tier))
+        check(proc.returncode == 0, f"BF16 at ACCEL_CPU_ARCH={tier}: exit {proc.returncode}: {proc.stderr.strip()}")
+        if proc.returncode != 0:
+            continue
+        out = json.loads(proc.stdout)
+        ran = out.get("cpu_tier")
+        check(ran in TIERS and TIERS.index(ran) <= TIERS.index(tier), f"BF16 at ACCEL_CPU_ARCH={tier}: ran {ran!r}")
+        check(out.get("dtype") == "bfloat16", f"BF16 at ACCEL_CPU_ARCH={tier}: runs in {out.get('dtype')}")
+        check(len(out.get("generated_ids", [])) == 4, f"BF16 at ACCEL_CPU_ARCH={tier}: {out.get('generated_ids')}")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ void vec_dot_tile(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
 }
 
 /// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): on VNNI
-/// each block is decoded once for up to four rows at a time; the portable kernels call vec_dot.
+/// (every type) and AVX2 (Q4_K, Q6_K) each block is decoded once for up to four rows at a time;
+/// the portable kernels call vec_dot.
 template <class Arch>
 void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow* const* x,
                   std::size_t count, float* out) {
@@ -91,6 +92,16 @@ void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
     }
   }
 #endif
+  if constexpr (std::is_base_of_v<simd::avx2, Arch>) {
+    if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
+      detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
+        constexpr int R = decltype(r)::value;
+        if (t == GgmlType::q6_k) detail::dot_q6_k_rows_avx2<R>(n, w, xs, o);
+        else detail::dot_q4_k_rows_avx2<R>(n, w, xs, o);
+      }, x, count, out);
+      return;
+    }
+  }
   for (std::size_t i = 0; i < count; ++i) out[i] = vec_dot(arch, t, n, w, *x[i]);
 }
 

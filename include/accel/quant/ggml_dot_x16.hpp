@@ -1,6 +1,7 @@
 // Sixteen weight rows at a time for Q8_0 and Q4_0: each 512-bit register holds one 4-byte group
 // of sixteen rows (lane i = row i), so one VPDPBUSD with the activation's matching 4 bytes
-// broadcast advances all sixteen dot products, and the blocks' scales are one vector.
+// broadcast advances all sixteen dot products, and the blocks' scales are one vector. On AVX2 the
+// sixteen rows are two passes of eight in 256-bit registers (quant/ggml_dot/avx2_rows.hpp).
 //
 //   has_dot_x16(arch, t)                               a 16-row kernel for t on arch
 //   dot_x16_min_activations                            the batch from which ggml_linear uses it
@@ -52,7 +53,7 @@ inline constexpr std::size_t dot_x16_min_activations = 2;
 template <class Arch>
 constexpr bool has_dot_x16(const Arch&, GgmlType t) noexcept {
 #if ACCEL_SIMD_X86
-  if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) return t == GgmlType::q8_0 || t == GgmlType::q4_0;
+  if constexpr (std::is_base_of_v<simd::avx2, Arch>) return t == GgmlType::q8_0 || t == GgmlType::q4_0;
 #endif
   (void)t;
   return false;
@@ -149,6 +150,19 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
         if (t == GgmlType::q4_0) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
         else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
       }, x, count, out, dot_x16_rows);
+      return;
+    }
+  }
+  if constexpr (std::is_base_of_v<simd::avx2, Arch>) {
+    if (has_dot_x16(arch, t)) {
+      // Two passes of eight rows in the lanes of a 256-bit register (quant/ggml_dot/avx2_rows.hpp).
+      for (std::size_t h = 0; h < 2; ++h) {
+        detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
+          constexpr int R = decltype(r)::value;
+          if (t == GgmlType::q4_0) detail::dot_x8_q8_q4_avx2<R, true>(n, w + 8 * h * row_bytes, row_bytes, xs, o + 8 * h, dot_x16_rows);
+          else detail::dot_x8_q8_q4_avx2<R, false>(n, w + 8 * h * row_bytes, row_bytes, xs, o + 8 * h, dot_x16_rows);
+        }, x, count, out, dot_x16_rows);
+      }
       return;
     }
   }

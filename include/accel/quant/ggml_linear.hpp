@@ -6,8 +6,8 @@
 //
 // The product quantizes each activation row once to the weight type's partner (quant/ggml_dot.hpp)
 // and runs the integer kernels: for a batch of Q8_0 / Q4_0 rows sixteen weight rows at a time
-// (quant/ggml_dot_x16.hpp, on AVX-512 VNNI), otherwise a weight row at a time (vec_dot_rows: its
-// blocks decoded once for up to four activation rows); every other block type is dequantized
+// (quant/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI), otherwise a weight row at a time
+// (vec_dot_rows: its blocks decoded once for up to four activation rows); every other block type is dequantized
 // a tile of rows at a time and multiplied in float32. Output rows are split across the CPU threads,
 // each weight row read once for all activation rows (a small batch costs one pass over the
 // weights). x is float32, float16 or bfloat16; y has x's dtype. On a GPU (x and the weight on one
