@@ -7,9 +7,10 @@
 // The product quantizes each activation row once to the weight type's partner (quant/ggml_dot.hpp)
 // and runs the integer kernels: for a batch of Q8_0 / Q4_0 rows sixteen weight rows at a time
 // (quant/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI), otherwise a weight row at a time
-// (vec_dot_rows: its blocks decoded once for up to four activation rows); every other block type is dequantized
-// a tile of rows at a time and multiplied in float32. Output rows are split across the CPU threads,
-// each weight row read once for all activation rows (a small batch costs one pass over the
+// (vec_dot_rows: its blocks decoded once for up to four activation rows); every other block type
+// is dequantized a tile of rows at a time and multiplied in float32 by the GEMV kernels
+// (backend/cpu/gemv.hpp). Output rows are split across the CPU threads, each weight row read once
+// for all activation rows (a small batch costs one pass over the
 // weights). x is float32, float16 or bfloat16; y has x's dtype. On a GPU (x and the weight on one
 // CUDA device) the product goes through quant/device_linear.hpp: the blocks decoded on the fly for
 // up to 8 rows, decoded once and multiplied by cuBLAS beyond (DeviceError when the CUDA kernels are
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "accel/backend/cpu/gemv.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
@@ -133,18 +135,17 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
       });
     });
   } else {
+    // A tile of rows decoded to float32 (in L1 / L2), multiplied by the CPU tier's GEMV kernel.
     constexpr std::size_t tile = 8;
     parallel_for((m + tile - 1) / tile, 1, [&](std::size_t b, std::size_t e) {
-      std::vector<float> wf(tile * n);
+      std::vector<float> wf(tile * n), yt(rows * tile);
       for (std::size_t c = b; c < e; ++c) {
         const std::size_t r0 = c * tile, nr = std::min(tile, m - r0);
         io::dequantize_row(type, ws + r0 * row_bytes, wf.data(), nr * n);
+        backend::cpu::gemv_rows(xs, static_cast<std::int64_t>(rows), static_cast<std::int64_t>(n), wf.data(), DType::f32,
+                                n * sizeof(float), static_cast<std::int64_t>(nr), nullptr, yt.data());
         for (std::size_t t = 0; t < rows; ++t) {
-          for (std::size_t i = 0; i < nr; ++i) {
-            float s = 0;
-            for (std::size_t k = 0; k < n; ++k) s += wf[i * n + k] * xs[t * n + k];
-            ys[t * m + r0 + i] = s;
-          }
+          for (std::size_t i = 0; i < nr; ++i) ys[t * m + r0 + i] = yt[t * nr + i];
         }
       }
     });
