@@ -1,9 +1,9 @@
-// Quantized GEMV (n = 1) and small GEMM (n = 16): quant::ggml_linear for Q8_0, Q4_0, Q4_K and
-// Q6_K, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8 (quant::matmul_8bit, LLM.int8 with
-// threshold 6), and bf16 / f16 through ops::linear, for m = 4096 outputs and k = 4096 and 14336,
-// next to llama.cpp's own kernels measured in the same run (test-backend-ops -o MUL_MAT -b CPU
-// perf, when --test-backend-ops gives its path; llama.cpp has no NF4 / int8 rows), with the weight
-// bytes each call streams (packed codes and their scales).
+// Quantized GEMV (n = 1) and small GEMM (n = 16): quant::ggml_linear for Q8_0, Q4_0, Q4_K, Q6_K,
+// Q5_K, Q3_K, Q2_K, Q5_0, Q4_1 and Q5_1, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8
+// (quant::matmul_8bit, LLM.int8 with threshold 6), and bf16 / f16 through ops::linear, for m =
+// 4096 outputs and k = 4096 and 14336, next to llama.cpp's own kernels measured in the same run
+// (test-backend-ops -o MUL_MAT -b CPU perf, when --test-backend-ops gives its path; llama.cpp has
+// no NF4 / int8 rows), with the weight bytes each call streams (packed codes and their scales).
 //
 //   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T] [--json]
 //
@@ -26,12 +26,14 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
+#include "accel/io/ggml_blocks.hpp"
 #include "accel/io/ggml_types.hpp"
 #include "accel/ops/matmul.hpp"
 #include "accel/quant/bnb_4bit.hpp"
@@ -75,11 +77,18 @@ Tensor make_weights(GgmlType type, std::int64_t m, std::int64_t k, std::mt19937&
   for (std::size_t i = 0; i < w.nbytes(); ++i) p[i] = static_cast<std::uint8_t>(byte(g));
   const auto& info = io::ggml_type_info(type);
   const std::uint16_t small = half(0.001f).bits;
-  for (std::size_t b = 0; b < w.nbytes() / info.type_size; ++b) {
-    std::uint8_t* blk = p + b * info.type_size;
-    if (type == GgmlType::q4_k) std::memcpy(blk, &small, 2), std::memcpy(blk + 2, &small, 2);
-    if (type == GgmlType::q6_k) std::memcpy(blk + 208, &small, 2);
-  }
+  // Every f16 scale, min and dmin small and finite (the packed sub-scales stay random).
+  io::with_ggml_block(type, [&](auto t) {
+    using B = io::ggml_block_t<decltype(t)::value>;
+    for (std::size_t b = 0; b < w.nbytes() / info.type_size; ++b) {
+      B blk;
+      std::memcpy(&blk, p + b * info.type_size, sizeof(B));
+      if constexpr (std::is_same_v<decltype(B::d), std::uint16_t>) blk.d = small;
+      if constexpr (requires { B::dmin; }) blk.dmin = small;
+      if constexpr (requires { B::m; }) blk.m = small;
+      std::memcpy(p + b * info.type_size, &blk, sizeof(B));
+    }
+  });
   return w;
 }
 
@@ -154,6 +163,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
+      {"q5_K", GgmlType::q5_k}, {"q3_K", GgmlType::q3_k}, {"q2_K", GgmlType::q2_k}, {"q5_0", GgmlType::q5_0},
+      {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1},
       {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt}};
   for (const int k : {4096, 14336}) {
     for (const auto& [name, type] : types) {

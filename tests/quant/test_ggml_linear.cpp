@@ -1,4 +1,4 @@
-// Quantized products over ggml blocks: each integer kernel (portable and AVX-512 VNNI) against the
+// Quantized products over ggml blocks: each integer kernel (every CPU tier) against the
 // float dot product of the values the blocks stand for, on weights llama.cpp's own quantizer made
 // (the conformance files); ggml_linear against a float linear layer within the activations'
 // quantization error; the reference quantizers against ggml's definitions; and the GGUF backend:
@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "accel/dispatch/load_pretrained.hpp"
@@ -51,7 +52,7 @@ std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.0
 /// The float values an activation row stands for after quantization.
 std::vector<float> activation_values(GgmlType t, const ActivationRow& a, std::size_t n) {
   std::vector<float> v(n);
-  if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
+  if (activation_is_q8_k(t)) {
     for (std::size_t i = 0; i < n; ++i) v[i] = a.q8_k[i / 256].d * a.q8_k[i / 256].qs[i % 256];
   } else {
     for (std::size_t i = 0; i < n; ++i) v[i] = io::f16_scale(a.q8_0[i / 32].d) * a.q8_0[i / 32].qs[i % 32];
@@ -61,6 +62,34 @@ std::vector<float> activation_values(GgmlType t, const ActivationRow& a, std::si
 
 using accel_test::rel_err;
 using accel_test::model_dir;
+
+/// Every type with integer kernels.
+constexpr GgmlType dot_types[] = {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                                  GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+
+/// `blocks` blocks of `type` where the library has no quantizer for it: deterministic random bytes
+/// (codes, packed sub-scales, Q5's fifth bits, Q3_K's high bits) with the f16 scales and mins set
+/// small and finite; Q6_K's signed group scales small and positive.
+void random_blocks(GgmlType type, std::byte* p, std::size_t blocks, unsigned seed) {
+  std::mt19937 g(seed);
+  const std::size_t size = io::ggml_type_info(type).type_size;
+  for (std::size_t i = 0; i < blocks * size; ++i) p[i] = static_cast<std::byte>(g() & 0xFF);
+  io::with_ggml_block(type, [&](auto t) {
+    using B = io::ggml_block_t<decltype(t)::value>;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      B blk;
+      std::memcpy(&blk, p + b * size, size);
+      const float d = 0.01f * static_cast<float>(1 + b % 3);
+      if constexpr (std::is_same_v<decltype(B::d), std::uint16_t>) blk.d = half(d).bits;
+      if constexpr (requires { B::dmin; }) blk.dmin = half(0.5f * d).bits;
+      if constexpr (requires { B::m; }) blk.m = half(-4.0f * d).bits;
+      if constexpr (std::is_same_v<B, io::block_q6_k>) {
+        for (int j = 0; j < 16; ++j) blk.scales[j] = static_cast<std::int8_t>(j % 8 + 1);
+      }
+      std::memcpy(p + b * size, &blk, size);
+    }
+  });
+}
 
 /// The test model as a GGUF file whose 2-D block weights are `type` (Q8_0 or Q4_0, ggml's
 /// reference quantizers), and the same model with those weights dequantized, as F32.
@@ -95,7 +124,7 @@ Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{3, 1, 4, 
 }  // namespace
 
 TEST_CASE("quantized dot products equal the float dot of the values the blocks stand for", "[quant][ggml]") {
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+  for (const auto type : dot_types) {
     const std::string tname(io::ggml_type_name(type));
     INFO(tname);
     // lq.2: [4096, 2], two rows that llama-quantize made.
@@ -128,8 +157,9 @@ TEST_CASE("quantized dot products equal the float dot of the values the blocks s
 }
 
 TEST_CASE("ggml_linear matches a float linear layer within the activations' quantization error", "[quant][ggml]") {
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q5_k,
-                          GgmlType::q3_k, GgmlType::iq4_xs}) {
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                          GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
+                          GgmlType::iq4_xs}) {
     const std::string tname(io::ggml_type_name(type));
     INFO(tname);
     const auto f = io::GgufFile::open((types_dir / (tname + ".gguf")).string());
@@ -182,41 +212,38 @@ TEST_CASE("the reference quantizers follow ggml's definitions", "[quant][ggml]")
   CHECK(b8.qs[5] == -127);
 }
 
-TEST_CASE("Q8_0 / Q4_0 / Q4_K / Q6_K dot products of every length agree across kernels, to the row's last byte", "[quant][ggml]") {
-  // The AVX-512 Q4_0 and Q4_K kernels take four blocks a step and the rest in a shorter step:
-  // lengths of 1-9 blocks and past 128 reach every part. Each row ends its allocation, so a load
-  // past it would show under AddressSanitizer. Every vector tier this CPU runs against the scalar.
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+TEST_CASE("ggml dot products of every length agree across kernels, to the row's last byte", "[quant][ggml]") {
+  // The AVX-512 Q4_0 and Q4_K kernels take four blocks a step and the rest in a shorter step, the
+  // AVX2 32-element kernels two: lengths of 1-9 blocks and past 128 reach every part. Each row
+  // ends its allocation, so a load past it would show under AddressSanitizer. Every vector tier
+  // this CPU runs against the scalar.
+  for (const auto type : dot_types) {
     for (const std::size_t blocks : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 9u, 131u}) {
       const std::size_t n = blocks * io::ggml_type_info(type).block_size;
       INFO(io::ggml_type_name(type) << " n = " << n);
       const auto w = random_floats(n, 5 + static_cast<unsigned>(n), 1.0f);
       const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
       const auto packed = std::make_unique<std::byte[]>(row_bytes);
-      if (can_quantize_to(type)) {
-        quantize_rows(type, w.data(), packed.get(), n);
-      } else {
-        // Q6_K has no quantizer here: random codes and signed scales, small f16 block scales.
-        for (std::size_t i = 0; i < row_bytes; ++i) packed[i] = static_cast<std::byte>((i * 37 + 11) & 0xFF);
-        for (std::size_t b = 0; b < blocks; ++b) {
-          std::byte* blk = packed.get() + b * sizeof(io::block_q6_k);
-          for (int g = 0; g < 16; ++g) blk[192 + g] = static_cast<std::byte>(g % 8 + 1);
-          const std::uint16_t d = half(0.01f).bits;
-          std::memcpy(blk + 208, &d, 2);
-        }
-      }
+      if (can_quantize_to(type)) quantize_rows(type, w.data(), packed.get(), n);
+      else random_blocks(type, packed.get(), blocks, 3 + static_cast<unsigned>(n));
       const auto x = random_floats(n, 9, 3.0f);
       ActivationRow a;
       quantize_activation(type, x.data(), n, a);
+      // The kernels differ only in the order of their float sums: bound the difference by the
+      // magnitude of the terms (random codes give block terms that cancel).
+      std::vector<float> wv(n);
+      io::dequantize_row(type, packed.get(), wv.data(), n);
+      const auto xv = activation_values(type, a, n);
+      double magnitude = 0;
+      for (std::size_t i = 0; i < n; ++i) magnitude += std::fabs(double(wv[i]) * xv[i]);
       const float portable = vec_dot(simd::scalar{}, type, n, packed.get(), a);
       quant_ladder::for_each([&](auto arch) {
         using A = decltype(arch);
         if (!A::supported() || !A::available()) return;
         INFO(A::name());
-        // Q6_K's random codes sum to terms of ~100 per block that cancel: f32 order differences
-        // of ~1e-3 over 131 blocks.
-        CHECK(vec_dot(arch, type, n, packed.get(), a) ==
-              Approx(portable).epsilon(1e-5).margin(type == GgmlType::q6_k ? 2e-2 : 1e-3));
+        const float got = vec_dot(arch, type, n, packed.get(), a);
+        INFO(got << " vs " << portable << ", terms of magnitude " << magnitude);
+        CHECK(std::fabs(double(got) - portable) <= 1e-5 * magnitude + 1e-4);
       });
     }
   }
@@ -264,7 +291,7 @@ TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size
   std::vector<const ActivationRow*> xs;
   for (std::size_t t = 0; t < acts.size(); ++t) xs.push_back(&acts[t]);
   const auto w = random_floats(n, 11, 1.0f);
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+  for (const auto type : dot_types) {
     INFO(io::ggml_type_name(type));
     std::vector<std::byte> packed(io::ggml_row_nbytes(type, n));
     if (can_quantize_to(type)) {
@@ -290,9 +317,9 @@ TEST_CASE("vec_dot_tile and ggml_linear's one-row path give vec_dot's results bi
   // 21 weight rows: two tiles of eight and a tail of five, through the tile directly and through
   // ggml_linear with one input row. Q8_0 / Q4_0 rows of 17 blocks take four-block steps and a tail.
   const std::size_t m = 21;
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+  for (const auto type : dot_types) {
     INFO(io::ggml_type_name(type));
-    const std::size_t n = type == GgmlType::q4_k || type == GgmlType::q6_k ? 512 : 544;
+    const std::size_t n = activation_is_q8_k(type) ? 512 : 544;
     const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
     Tensor packed = Tensor::empty(gguf_linear_weight_shape(type, static_cast<std::int64_t>(n), m), DType::u8);
     REQUIRE(packed.nbytes() == m * row_bytes);

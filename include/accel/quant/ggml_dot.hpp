@@ -1,9 +1,9 @@
 // Dot products of ggml-quantized weight rows with quantized activations, as ggml computes them:
-// the activation row is quantized once to the weight type's partner (Q8_0 for Q8_0 / Q4_0, Q8_K
-// for the K types) and each block's integer dot product is scaled by the two scales.
+// the activation row is quantized once to the weight type's partner (Q8_0 for the 32-element
+// types, Q8_K for the K types) and each block's integer dot product is scaled by the two scales.
 //
 //   ActivationRow                           a quantized row and the per-block sums of its ints
-//   has_quantized_dot(t)                    Q8_0, Q4_0, Q4_K, Q6_K have integer kernels
+//   has_quantized_dot(t)                    Q4_0 .. Q5_1, Q8_0, Q2_K .. Q6_K: integer kernels
 //   vec_dot(arch, t, n, w_row, x)           one weight row (n elements) times one activation row
 //   vec_dot_rows(arch, t, n, w_row, xs, k, out)  one weight row times k activation rows
 //   vec_dot_tile(arch, t, n, w, row_bytes, x, out)  dot_tile_rows weight rows times one activation row
@@ -39,7 +39,13 @@ float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, c
   switch (t) {
     case GgmlType::q8_0: return dot_q8_0(arch, n, w, x);
     case GgmlType::q4_0: return dot_q4_0(arch, n, w, x);
+    case GgmlType::q4_1: return dot_q4_1(arch, n, w, x);
+    case GgmlType::q5_0: return dot_q5_0(arch, n, w, x);
+    case GgmlType::q5_1: return dot_q5_1(arch, n, w, x);
+    case GgmlType::q2_k: return dot_q2_k(arch, n, w, x);
+    case GgmlType::q3_k: return dot_q3_k(arch, n, w, x);
     case GgmlType::q4_k: return dot_q4_k(arch, n, w, x);
+    case GgmlType::q5_k: return dot_q5_k(arch, n, w, x);
     case GgmlType::q6_k: return dot_q6_k(arch, n, w, x);
     default: break;
   }
@@ -73,14 +79,14 @@ void vec_dot_tile(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
 }
 
 /// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): on VNNI
-/// (every type) and AVX2 (Q4_K, Q6_K) each block is decoded once for up to four rows at a time;
-/// the portable kernels call vec_dot.
+/// (Q8_0, Q4_0, Q4_K, Q6_K) and AVX2 (Q4_K, Q6_K) each block is decoded once for up to four rows
+/// at a time; the other types and the portable kernels call vec_dot.
 template <class Arch>
 void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow* const* x,
                   std::size_t count, float* out) {
 #if ACCEL_SIMD_X86
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
-    if (has_quantized_dot(t)) {
+    if (t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k || t == GgmlType::q6_k) {
       detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
         if (t == GgmlType::q6_k) detail::dot_q6_k_rows<R>(n, w, xs, o);

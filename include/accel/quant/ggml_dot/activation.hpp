@@ -1,6 +1,6 @@
 // A row of activations quantized for the ggml dot products (quant/ggml_dot.hpp), once per row:
-// the weight type's partner (Q8_0 for Q8_0 / Q4_0, Q8_K for the K types), each block's integer
-// sum, and the arrangements the AVX-512 kernels load whole.
+// the weight type's partner (Q8_0 for the 32-element types, Q8_K for the K types), each block's
+// integer sum, and the arrangements the AVX-512 kernels load whole.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +19,7 @@ using io::GgmlType;
 
 
 /// One activation row quantized for type `t`'s dot product, with the sum of each Q8_0 block's
-/// ints (the Q4_0 kernel's offset correction).
+/// ints (the offset corrections of Q4_0 and Q5_0, and the min terms of Q4_1 and Q5_1).
 struct ActivationRow {
   std::vector<io::block_q8_0> q8_0;
   std::vector<std::int32_t> q8_0_sums;
@@ -38,12 +38,24 @@ struct ActivationRow {
 
 /// True when `t` has integer kernels here (others are computed from dequantized rows).
 constexpr bool has_quantized_dot(GgmlType t) noexcept {
-  return t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k || t == GgmlType::q6_k;
+  switch (t) {
+    case GgmlType::q8_0: case GgmlType::q4_0: case GgmlType::q4_1: case GgmlType::q5_0: case GgmlType::q5_1:
+    case GgmlType::q2_k: case GgmlType::q3_k: case GgmlType::q4_k: case GgmlType::q5_k: case GgmlType::q6_k:
+      return true;
+    default: return false;
+  }
+}
+
+/// True when `t`'s activation partner is Q8_K (the 256-element K types); Q8_0 otherwise. ggml
+/// pairs Q4_1 and Q5_1 with Q8_1, whose extra field is d times the block's sum: here the sums
+/// (q8_0_sums) and scales (q8_0_scales) of the Q8_0 row give the same term unrounded.
+constexpr bool activation_is_q8_k(GgmlType t) noexcept {
+  return t == GgmlType::q2_k || t == GgmlType::q3_k || t == GgmlType::q4_k || t == GgmlType::q5_k || t == GgmlType::q6_k;
 }
 
 /// Quantizes `x` (n floats) into `row` for type `t`'s kernel.
 inline void quantize_activation(GgmlType t, const float* x, std::size_t n, ActivationRow& row) {
-  if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
+  if (activation_is_q8_k(t)) {
     row.q8_k.resize(n / 256);
     quantize_row_q8_k(x, row.q8_k.data(), n);
     if (t == GgmlType::q4_k) {

@@ -1,0 +1,166 @@
+// The AVX2 dot products of Q2_K, Q3_K and Q5_K against Q8_K activations, a super-block at a time:
+//
+//   dot_q2_k / dot_q3_k / dot_q5_k(requires_arch<avx2>, n, w, x)
+//
+// Each 32-byte load of codes gives 32 elements in the activation's order (Q5_K: a chunk of qs is
+// groups 2c and 2c + 1 in its low and high nibbles; Q2_K / Q3_K: bit pair j of chunk c is
+// elements 128c + 32j .. + 31, two 16-element groups, one per 128-bit lane), so VPMADDUBSW meets
+// one activation load per 32 codes and VPMADDWD weighs the pairs by their group's scale. Bits
+// spread across bytes (Q5_K's fifth bits, Q3_K's high bits) are moved into place by 16-bit shifts
+// of the whole register, a mask keeping only the bit that belongs to each byte. The mins (Q2_K,
+// Q5_K) and Q3_K's offset of 4 meet the activation's 16-element sums in one VPMADDWD per block,
+// never the codes. Q3_K's codes are taken as their low bits + 4 x the high bit (0..7, the value
+// + 4), as Q6_K's are taken + 32 (ggml_dot/avx2_rows.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "accel/core/simd_arch.hpp"
+#include "accel/io/ggml_blocks.hpp"
+#include "accel/quant/ggml_dot/activation.hpp"
+#include "accel/quant/ggml_dot/avx2_rows.hpp"
+#include "accel/quant/ggml_dot/scalar.hpp"
+
+#if ACCEL_SIMD_X86
+#include <immintrin.h>
+
+namespace accel::quant {
+
+namespace detail {
+
+/// Sixteen 8-bit group scales (signed when Signed) as 16-bit words, the even groups' in the low
+/// 128-bit lane and the odd ones' in the high lane: scale_pair_avx2 then takes groups 2k and
+/// 2k + 1, the two halves of a 32-code register, with one shuffle.
+template <bool Signed>
+ACCEL_TARGET_AVX2 inline __m256i scales_even_odd_avx2(__m128i s) noexcept {
+  const __m128i split = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  if constexpr (Signed) return _mm256_cvtepi8_epi16(split);
+  else return _mm256_cvtepu8_epi16(split);
+}
+
+/// Group 2k's scale in every word of the low lane, group 2k + 1's in the high lane.
+ACCEL_TARGET_AVX2 inline __m256i scale_pair_avx2(__m256i even_odd, int k) noexcept {
+  return _mm256_shuffle_epi8(even_odd, _mm256_set1_epi16(static_cast<short>((2 * k) | ((2 * k + 1) << 8))));
+}
+
+ACCEL_TARGET_AVX2 inline float half_at(const std::uint8_t* p) noexcept {
+  std::uint16_t d;
+  std::memcpy(&d, p, 2);
+  return _cvtsh_ss(d);
+}
+
+ACCEL_TARGET_AVX2 inline __m256i load32_k_avx2(const void* p) noexcept {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+}  // namespace detail
+
+ACCEL_TARGET_AVX2 inline float dot_q2_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                        const ActivationRow& x) noexcept {
+  using B = io::block_q2_k;
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
+    const io::block_q8_k& a = x.q8_k[b];
+    // Scale in the low nibble, min in the high one, per 16-element group.
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(B, scales)));
+    const __m256i scales = detail::scales_even_odd_avx2<false>(_mm_and_si128(s, low4));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), low4));
+    const __m256i summ = _mm256_madd_epi16(detail::load32_k_avx2(a.bsums), mins);
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      const __m256i q = detail::load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * c + j;
+        const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+        const __m256i prod = _mm256_maddubs_epi16(u, detail::load32_k_avx2(a.qs + 32 * k));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, detail::scale_pair_avx2(scales, k)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, d))), _mm256_cvtepi32_ps(sumi), acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, dmin))), _mm256_cvtepi32_ps(summ), accm);
+  }
+  return detail::hsum8_avx2(_mm256_sub_ps(acc, accm));
+}
+
+ACCEL_TARGET_AVX2 inline float dot_q3_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                        const ActivationRow& x) noexcept {
+  using B = io::block_q3_k;
+  const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  __m256 acc = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
+    const io::block_q8_k& a = x.q8_k[b];
+    std::int8_t sc[16];
+    detail::q3_k_scales(blk + offsetof(B, scales), sc);
+    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i scales = detail::scales_even_odd_avx2<true>(s);
+    // The offset: -4 x each group's scale x its activation sum.
+    const __m256i offset = _mm256_madd_epi16(detail::load32_k_avx2(a.bsums), _mm256_cvtepi8_epi16(s));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 2));
+    // hmask's bit m (m = 4c + j) is the high bit of elements 32m .. 32m + 31: shifted down one
+    // bit per step, it is bit 0 of each byte, moved to bit 2.
+    __m256i h = detail::load32_k_avx2(blk + offsetof(B, hmask));
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {
+      const __m256i q = detail::load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * c + j;
+        const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three),
+                                          _mm256_and_si256(_mm256_slli_epi16(h, 2), four));
+        h = _mm256_srli_epi16(h, 1);
+        const __m256i prod = _mm256_maddubs_epi16(u, detail::load32_k_avx2(a.qs + 32 * k));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, detail::scale_pair_avx2(scales, k)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, d))), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return detail::hsum8_avx2(acc);
+}
+
+ACCEL_TARGET_AVX2 inline float dot_q5_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                        const ActivationRow& x) noexcept {
+  using B = io::block_q5_k;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
+    const io::block_q8_k& a = x.q8_k[b];
+    std::uint8_t sc[8], mn[8];
+    io::k4_scales_mins(blk + offsetof(B, scales), sc, mn);
+    // Each group's min against its two 16-element activation sums: the mins doubled in place.
+    std::int64_t mn8;
+    std::memcpy(&mn8, mn, 8);
+    const __m128i m = _mm_cvtsi64_si128(mn8);
+    const __m256i summ = _mm256_madd_epi16(detail::load32_k_avx2(a.bsums), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)));
+    // qh's bit g is the fifth bit of group g: two groups per chunk, then two bits down.
+    __m256i h = detail::load32_k_avx2(blk + offsetof(B, qh));
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = detail::load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i u0 = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
+      const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
+      h = _mm256_srli_epi16(h, 2);
+      const __m256i p0 = _mm256_maddubs_epi16(u0, detail::load32_k_avx2(a.qs + 64 * c));
+      const __m256i p1 = _mm256_maddubs_epi16(u1, detail::load32_k_avx2(a.qs + 64 * c + 32));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])),
+                                                     _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]))));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, d))), _mm256_cvtepi32_ps(sumi), acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, dmin))), _mm256_cvtepi32_ps(summ), accm);
+  }
+  return detail::hsum8_avx2(_mm256_sub_ps(acc, accm));
+}
+
+}  // namespace accel::quant
+
+#endif
