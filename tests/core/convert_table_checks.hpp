@@ -128,7 +128,7 @@ inline void check_convert_table(const detail::convert_table& table) {
 /// Every tag of the ladder this CPU runs, checked table by table; returns how many ran.
 inline int check_every_available_table() {
   int checked = 0;
-  simd::x86_ladder::for_each([&](auto arch) {
+  simd::ladder::for_each([&](auto arch) {
     using A = decltype(arch);
     if (!A::supported() || !A::available()) return;
     INFO("arch " << A::name());

@@ -19,7 +19,7 @@ TEST_CASE("every available ISA's conversion kernels equal the scalar rounding bi
 
 TEST_CASE("dispatch picks the best ISA of the ladder this CPU runs") {
   std::string best;
-  simd::x86_ladder::for_each([&](auto arch) {
+  simd::ladder::for_each([&](auto arch) {
     using A = decltype(arch);
     if (best.empty() && A::supported() && A::available()) best = A::name();
   });
@@ -45,8 +45,19 @@ TEST_CASE("ACCEL_CPU_ARCH caps the tiers, and a name that is no tier is a ValueE
   CHECK_FALSE(capped_vnni.avx512_bf16);
   CHECK(capped_top.avx512_bf16 == machine.avx512_bf16);
   CHECK(empty.avx512_bf16 == machine.avx512_bf16);
+  // A cap names one architecture's tier; on the other it admits scalar only (tests/arm runs the
+  // AArch64 side under qemu).
+#if ACCEL_SIMD_X86
+  for (const char* arm : {"neon", "neon_dotprod"}) {
+    const cpu_features capped_arm(arm);
+    CHECK_FALSE((capped_arm.avx2 || capped_arm.avx512 || capped_arm.avx512_vnni || capped_arm.avx512_bf16));
+    CHECK(simd::tier_of(capped_arm) == "scalar");
+  }
+  CHECK_FALSE((machine.neon || machine.neon_dotprod));
+  CHECK_FALSE(simd::neon::available());
+#endif
   CHECK_THROWS_WITH(cpu_features("avx3"), Catch::Contains("ACCEL_CPU_ARCH=avx3") &&
-                                              Catch::Contains("scalar, avx2, avx512, avx512_vnni, avx512_bf16"));
+                                              Catch::Contains("scalar, avx2, avx512, avx512_vnni, avx512_bf16, neon, neon_dotprod"));
   // This process's own cap (the tier tests of CTest set it): the tier that runs is no higher.
   const std::string_view tier = simd::active_tier();
   const auto rank = [](std::string_view name) { return static_cast<std::ptrdiff_t>(simd::tier_rank(name)); };

@@ -7,15 +7,17 @@
 //
 // Every table returns core/float_types.hpp's bits for every input; they differ only in speed.
 // The kernels are overloads over simd::requires_arch<A> (core/convert_lanes.hpp: scalar and
-// the lane code, core/convert_kernels_x86.hpp: AVX2, AVX-512, AVX512-BF16), so a tag without
-// its own overload takes its parent's: the xsimd fallback ladder. The x86 overloads carry
-// `target` attributes, which is how a program built without -march flags still gets the
-// AVX-512 kernels on a CPU that has them; simd::dispatch reads CPUID once to pick the tag.
+// the lane code, core/convert_kernels_x86.hpp: AVX2, AVX-512, AVX512-BF16,
+// core/convert_kernels_neon.hpp: AArch64 NEON), so a tag without its own overload takes its
+// parent's: the xsimd fallback ladder. The x86 overloads carry `target` attributes, which is how
+// a program built without -march flags still gets the AVX-512 kernels on a CPU that has them;
+// simd::dispatch reads CPUID (HWCAP on AArch64) once to pick the tag.
 #pragma once
 
 #include <cstddef>
 #include <tuple>
 
+#include "accel/core/convert_kernels_neon.hpp"
 #include "accel/core/convert_kernels_x86.hpp"
 #include "accel/core/convert_lanes.hpp"
 #include "accel/core/float_types.hpp"
@@ -78,7 +80,7 @@ constexpr convert_table convert_table_for() noexcept {
   return make_convert_table<Arch>(static_cast<small_float_types*>(nullptr));
 }
 
-/// This CPU's kernels: the best tag of simd::x86_ladder it runs, found on first use.
+/// This CPU's kernels: the best tag of simd::ladder it runs, found on first use.
 inline const convert_table& convert_kernels() noexcept {
   static const convert_table table =
       simd::dispatch([](auto arch) { return convert_table_for<decltype(arch)>(); });

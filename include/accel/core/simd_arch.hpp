@@ -1,28 +1,35 @@
 // CPU instruction-set tags in xsimd's style, and the run-time choice among them.
 //
-//   simd::scalar < simd::avx2 < simd::avx512 < simd::avx512_bf16     tags, each derived from the one below
+//   simd::scalar < simd::avx2 < simd::avx512 < simd::avx512_bf16     x86 tags, each derived from the one below
 //   simd::avx512_vnni (derived from avx512)                          int8 dot products, for quantized kernels
+//   simd::scalar < simd::neon < simd::neon_dotprod                   AArch64 tags (SDOT / UDOT: int8 dot products)
 //   simd::requires_arch<A>                                           a kernel overload's tag parameter
-//   simd::x86_ladder                                                 xsimd::arch_list, best first
+//   simd::x86_ladder, simd::arm_ladder, simd::ladder                 xsimd::arch_lists, best first
 //   simd::dispatch<List>(f)                                          f(best available tag of List)
 //   simd::tier_names, simd::active_tier()                            the tiers ACCEL_CPU_ARCH names; the one that runs
 //
-// ACCEL_CPU_ARCH=scalar|avx2|avx512|avx512_vnni|avx512_bf16 caps the choice (the tiers in that
-// order; a cap admits every tier up to its own), as ONEDNN_MAX_CPU_ISA caps oneDNN, so that one
-// machine tests and measures every tier it has. The library's oneDNN engine takes the same cap
-// when ONEDNN_MAX_CPU_ISA is unset (backend/cpu/dnnl_matmul.hpp). A value that names no tier is a
-// ValueError at the first dispatch; a cap above what the CPU has changes nothing.
+// ACCEL_CPU_ARCH=scalar|avx2|avx512|avx512_vnni|avx512_bf16|neon|neon_dotprod caps the choice, as
+// ONEDNN_MAX_CPU_ISA caps oneDNN, so that one machine tests and measures every tier it has. On
+// each architecture a cap admits every tier of that architecture up to its own (x86: scalar,
+// avx2, avx512, avx512_vnni, avx512_bf16 in that order; AArch64: scalar, neon, neon_dotprod); a
+// cap that names the other architecture's tier admits scalar only ("neon" on x86, "avx2" on ARM).
+// The library's oneDNN engine takes the same cap when ONEDNN_MAX_CPU_ISA is unset
+// (backend/cpu/dnnl_matmul.hpp). A value that names no tier is a ValueError at the first
+// dispatch; a cap above what the CPU has changes nothing.
 //
 // A kernel is an overload set over `requires_arch<A>`: calling it with the machine's tag picks
 // the most derived overload, so a new ISA adds only the kernels that differ. Each tag's overloads
 // carry ACCEL_TARGET_<ISA> (GCC / Clang `target` attributes), which lets one header compile
-// AVX-512 code in a program built for baseline x86-64; only a CPU that has the ISA runs it.
+// AVX-512 code in a program built for baseline x86-64, or SDOT in one built for baseline ARMv8-A;
+// only a CPU that has the ISA runs it. The x86 tags are chosen by CPUID, the AArch64 ones by the
+// kernel's HWCAP bits (getauxval(AT_HWCAP)).
 //
 // Why not xsimd's own tags and `xsimd::dispatch`: xsimd 8.1 defines `batch<T, avx512bw>` and its
 // kernels only when the translation unit is compiled with -mavx512bw, and a header cannot turn
 // that on for its users; its CPU check also skips the OS's register-state check (XGETBV) and
-// knows neither F16C nor AVX512-BF16. So the wider kernels are target-attributed intrinsics and
-// GCC vector extensions, chosen by the detection below, and the ladder is an xsimd::arch_list.
+// knows neither F16C nor AVX512-BF16 nor ARM's dot product. So the wider kernels are
+// target-attributed intrinsics and GCC vector extensions, chosen by the detection below, and the
+// ladder is an xsimd::arch_list.
 #pragma once
 
 #include <cstddef>
@@ -47,12 +54,33 @@
 #define ACCEL_SIMD_X86 0
 #endif
 
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define ACCEL_SIMD_ARM 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#endif
+// Advanced SIMD is part of every AArch64 CPU: its kernels need no attribute beyond the baseline,
+// which this one names. The dot-product extension (SDOT / UDOT, optional from ARMv8.2-A) needs one;
+// GCC's arm_neon.h defines vdotq_s32 under armv8.2-a+dotprod, and a caller must have all of that
+// to inline it (a CPU with the extension implements ARMv8.2-A).
+#define ACCEL_TARGET_NEON __attribute__((target("+simd")))
+#if defined(__clang__)
+#define ACCEL_TARGET_NEON_DOTPROD __attribute__((target("dotprod")))
+#else
+#define ACCEL_TARGET_NEON_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#else
+#define ACCEL_SIMD_ARM 0
+#endif
+
 #include "accel/core/errors.hpp"
 
 namespace accel::simd {
 
-/// The tiers ACCEL_CPU_ARCH can name, lowest first.
-inline constexpr std::string_view tier_names[] = {"scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16"};
+/// The tiers ACCEL_CPU_ARCH can name: x86's lowest first, then AArch64's (each architecture's
+/// cap admits only its own tiers above scalar).
+inline constexpr std::string_view tier_names[] = {"scalar",      "avx2", "avx512",      "avx512_vnni",
+                                                  "avx512_bf16", "neon", "neon_dotprod"};
 
 /// `name`'s place in tier_names, or std::size(tier_names) when it names no tier.
 constexpr std::size_t tier_rank(std::string_view name) noexcept {
@@ -69,6 +97,8 @@ struct cpu_features {
   bool avx512 = false;       // F, BW, DQ, VL (x86-64-v4)
   bool avx512_bf16 = false;  // VCVTNEPS2BF16
   bool avx512_vnni = false;  // VPDPBUSD: int8 dot products
+  bool neon = false;         // AArch64 Advanced SIMD
+  bool neon_dotprod = false;  // SDOT / UDOT: int8 dot products (ARMv8.2-A's optional dot product)
 
   /// The CPU's features, capped by `cap` (ACCEL_CPU_ARCH's value; null for none).
   explicit cpu_features(const char* cap) {
@@ -80,10 +110,15 @@ struct cpu_features {
       for (auto n : tier_names) valid += (valid.empty() ? "" : ", ") + std::string(n);
       throw ValueError("ACCEL_CPU_ARCH=" + std::string(cap) + " names no CPU tier: expected one of " + valid);
     }
-    avx2 = avx2 && rank >= 1;
-    avx512 = avx512 && rank >= 2;
-    avx512_vnni = avx512_vnni && rank >= 3;
-    avx512_bf16 = avx512_bf16 && rank >= 4;
+    // A cap names one architecture's tier; on the other, it admits scalar only.
+    const std::size_t neon_rank = tier_rank("neon");
+    const std::size_t x86_rank = rank < neon_rank ? rank : 0;
+    avx2 = avx2 && x86_rank >= 1;
+    avx512 = avx512 && x86_rank >= 2;
+    avx512_vnni = avx512_vnni && x86_rank >= 3;
+    avx512_bf16 = avx512_bf16 && x86_rank >= 4;
+    neon = neon && rank >= neon_rank;
+    neon_dotprod = neon_dotprod && rank >= tier_rank("neon_dotprod");
   }
 
  private:
@@ -104,6 +139,19 @@ struct cpu_features {
     avx512 = avx2 && zmm_state && f && dq && bw && vl;
     avx512_vnni = avx512 && ((c >> 11) & 1u);
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512_bf16 = avx512 && ((a >> 5) & 1u);
+#elif ACCEL_SIMD_ARM && defined(__linux__)
+    // The kernel's HWCAP bits (arch/arm64/include/uapi/asm/hwcap.h), which also say that it saves
+    // the registers; glibc names them in <sys/auxv.h>.
+    constexpr unsigned long hwcap_asimd = 1ul << 1, hwcap_asimddp = 1ul << 20;
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    neon = (hwcap & hwcap_asimd) != 0;
+    neon_dotprod = neon && (hwcap & hwcap_asimddp) != 0;
+#elif ACCEL_SIMD_ARM
+    // No HWCAP to read: Advanced SIMD is architectural, the dot product what the build targets.
+    neon = true;
+#if defined(__ARM_FEATURE_DOTPROD)
+    neon_dotprod = true;
+#endif
 #endif
   }
 };
@@ -154,20 +202,49 @@ struct avx512_vnni : x86_tag<avx512, 3, 64, &detail::cpu_features::avx512_vnni> 
   static constexpr const char* name() noexcept { return "avx512_vnni"; }
 };
 
+/// An AArch64 tag one rung above Parent (128-bit registers), available where the CPU runs `Feature`.
+/// Its Version is its place in tier_names, above every x86 tag's: xsimd wants a list's tags sorted
+/// by version, and a list names the ARM tags first (tags of two architectures never meet on a CPU).
+template <class Parent, unsigned Version, bool detail::cpu_features::*Feature>
+struct arm_tag : Parent {
+  static constexpr bool supported() noexcept { return ACCEL_SIMD_ARM; }
+  static bool available() { return supported() && detail::cpu().*Feature; }
+  static constexpr unsigned version() noexcept { return Version; }
+  static constexpr std::size_t alignment() noexcept { return 16; }
+};
+
+/// AArch64 Advanced SIMD (every 64-bit ARM CPU): 128-bit registers, FMA, f16 conversions.
+struct neon : arm_tag<scalar, 5, &detail::cpu_features::neon> {
+  static constexpr const char* name() noexcept { return "neon"; }
+};
+/// Advanced SIMD with the dot product (SDOT / UDOT: four int8 products into an int32 lane; Cortex-A55
+/// / A76, Neoverse N1, Apple M1 and later). Only the quantized kernels' lists name it.
+struct neon_dotprod : arm_tag<neon, 6, &detail::cpu_features::neon_dotprod> {
+  static constexpr const char* name() noexcept { return "neon_dotprod"; }
+};
+
 /// The tag parameter of a kernel overload; a derived tag converts to it (the fallback).
 template <class Arch>
 using requires_arch = const Arch&;
 
-/// Every tag this library has kernels for, best first; scalar ends it so that dispatch always finds one.
+/// The x86 tags the conversion kernels have, best first; scalar ends it so that dispatch always finds one.
 using x86_ladder = xsimd::arch_list<avx512_bf16, avx512, avx2, scalar>;
+/// The AArch64 tags the conversion kernels have, best first.
+using arm_ladder = xsimd::arch_list<neon, scalar>;
+/// Both: the default of dispatch. A tag of the other architecture is never available (nor compiled
+/// into the dispatch), so each CPU takes its own ladder.
+using ladder = xsimd::arch_list<neon, avx512_bf16, avx512, avx2, scalar>;
 
 namespace detail {
 template <class F, class Arch, class... Rest>
 decltype(auto) dispatch_first(F&& f, xsimd::arch_list<Arch, Rest...>) {
   if constexpr (sizeof...(Rest) == 0) {
     return f(Arch{});
+  } else if constexpr (!Arch::supported()) {
+    // Another architecture's tag: not instantiated here.
+    return dispatch_first(static_cast<F&&>(f), xsimd::arch_list<Rest...>{});
   } else {
-    if (Arch::supported() && Arch::available()) return f(Arch{});
+    if (Arch::available()) return f(Arch{});
     return dispatch_first(static_cast<F&&>(f), xsimd::arch_list<Rest...>{});
   }
 }
@@ -175,13 +252,15 @@ decltype(auto) dispatch_first(F&& f, xsimd::arch_list<Arch, Rest...>) {
 
 /// Calls f with the first tag of List that this CPU runs (the last tag is taken regardless): what
 /// xsimd::dispatch does, with the detection above. Callers resolve once and keep the result.
-template <class List = x86_ladder, class F>
+template <class List = ladder, class F>
 decltype(auto) dispatch(F&& f) {
   return detail::dispatch_first(static_cast<F&&>(f), List{});
 }
 
 /// The highest tier of `tier_names` that `f` admits.
 inline std::string_view tier_of(const detail::cpu_features& f) noexcept {
+  if (f.neon_dotprod) return "neon_dotprod";
+  if (f.neon) return "neon";
   if (f.avx512_bf16) return "avx512_bf16";
   if (f.avx512_vnni) return "avx512_vnni";
   if (f.avx512) return "avx512";

@@ -70,6 +70,7 @@
 #include "accel/quant/activation_rows.hpp"
 #include "accel/quant/bnb_4bit_gemv/avx2.hpp"
 #include "accel/quant/bnb_4bit_gemv/avx512.hpp"
+#include "accel/quant/bnb_4bit_gemv/neon.hpp"
 #include "accel/quant/bnb_4bit_gemv/scalar.hpp"
 
 namespace accel::quant {
@@ -656,11 +657,11 @@ inline BnbQuantState quant_state_from_tensors(const std::string& prefix, const s
 
 // ---- fused dequantize + GEMV -------------------------------------------------------------------
 //
-// The kernels live one tier to a file in bnb_4bit_gemv/ (scalar, avx2, avx512); gemv_4bit picks
-// the tier once per call by CPUID under ACCEL_CPU_ARCH.
+// The kernels live one tier to a file in bnb_4bit_gemv/ (scalar, avx2, avx512, neon); gemv_4bit
+// picks the tier once per call by CPUID or HWCAP under ACCEL_CPU_ARCH.
 
 /// The tags the 4-bit product dispatches over, best first.
-using bnb_4bit_ladder = xsimd::arch_list<simd::avx512, simd::avx2, simd::scalar>;
+using bnb_4bit_ladder = xsimd::arch_list<simd::neon, simd::avx512, simd::avx2, simd::scalar>;
 
 /// y = x W^T (+ bias) for the 4-bit weight (packed, state) of shape [out, in]: bnb's gemv_4bit /
 /// Linear4bit forward, decoding each block on the fly instead of materialising W. x is float32,

@@ -52,6 +52,7 @@
 #include "accel/quant/activation_rows.hpp"
 #include "accel/quant/bnb_int8_gemm/avx2.hpp"
 #include "accel/quant/bnb_int8_gemm/avx512_vnni.hpp"
+#include "accel/quant/bnb_int8_gemm/neon.hpp"
 #include "accel/quant/bnb_int8_gemm/scalar.hpp"
 
 namespace accel::quant {
@@ -149,10 +150,11 @@ inline Tensor int8_vectorwise_dequant(const Int8Weight& w) {
 
 // ---- C = A B^T in int32 ----------------------------------------------------------------------
 //
-// The kernels live one tier to a file in bnb_int8_gemm/ (scalar, avx2, avx512_vnni).
+// The kernels live one tier to a file in bnb_int8_gemm/ (scalar, avx2, avx512_vnni, and neon for
+// `neon` and `neon_dotprod`).
 
 /// The tags the int8 product dispatches over, best first.
-using bnb_int8_ladder = xsimd::arch_list<simd::avx512_vnni, simd::avx2, simd::scalar>;
+using bnb_int8_ladder = xsimd::arch_list<simd::neon_dotprod, simd::neon, simd::avx512_vnni, simd::avx2, simd::scalar>;
 
 // ---- MatMul8bitLt ------------------------------------------------------------------------------
 

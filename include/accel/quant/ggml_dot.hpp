@@ -25,12 +25,13 @@
 #include "accel/quant/ggml_dot/activation.hpp"
 #include "accel/quant/ggml_dot/avx2.hpp"
 #include "accel/quant/ggml_dot/avx512_vnni.hpp"
+#include "accel/quant/ggml_dot/neon.hpp"
 #include "accel/quant/ggml_dot/scalar.hpp"
 
 namespace accel::quant {
 
 /// The kernel tags quantized dot products dispatch over, best first.
-using quant_ladder = xsimd::arch_list<simd::avx512_vnni, simd::avx2, simd::scalar>;
+using quant_ladder = xsimd::arch_list<simd::neon_dotprod, simd::neon, simd::avx512_vnni, simd::avx2, simd::scalar>;
 
 /// One weight row of `n` elements of type `t` at `w` times the quantized activation `x`, on the
 /// kernels of `Arch` (falling back to its parents). `t` must satisfy has_quantized_dot.

@@ -45,9 +45,11 @@ inline void cap_dnnl_isa() {
   const char* cap = std::getenv("ACCEL_CPU_ARCH");
   if (!cap || !*cap || std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")) return;
   (void)simd::detail::cpu();  // a cap that names no tier is a ValueError here
-  // oneDNN's ISA of each of simd::tier_names, in its order (sse41 is oneDNN's lowest).
+  // oneDNN's ISA of each of simd::tier_names, in its order (sse41 is oneDNN's lowest; an ARM
+  // tier admits scalar only on x86).
   constexpr dnnl::cpu_isa isa_of_tier[] = {dnnl::cpu_isa::sse41, dnnl::cpu_isa::avx2, dnnl::cpu_isa::avx512_core,
-                                           dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core_bf16};
+                                           dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core_bf16,
+                                           dnnl::cpu_isa::sse41, dnnl::cpu_isa::sse41};
   static_assert(std::size(isa_of_tier) == std::size(simd::tier_names));
   try {
     dnnl::set_max_cpu_isa(isa_of_tier[simd::tier_rank(cap)]);

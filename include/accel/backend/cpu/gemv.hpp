@@ -13,8 +13,8 @@
 //
 // One room per tier (backend/cpu/gemv/): scalar.hpp (a row converted to f32, then the build-ISA
 // dot product: every CPU), avx2.hpp, avx512.hpp (`avx512` widening, `avx512_bf16` bf16 pairs by
-// VDPBF16PS). The tier is chosen once at run time from CPUID under ACCEL_CPU_ARCH
-// (core/simd_arch.hpp); a new ISA adds a file and a rung of gemv_ladder.
+// VDPBF16PS), neon.hpp (AArch64). The tier is chosen once at run time from CPUID or HWCAP under
+// ACCEL_CPU_ARCH (core/simd_arch.hpp); a new ISA adds a file and a rung of gemv_ladder.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,7 @@
 
 #include "accel/backend/cpu/gemv/avx2.hpp"
 #include "accel/backend/cpu/gemv/avx512.hpp"
+#include "accel/backend/cpu/gemv/neon.hpp"
 #include "accel/backend/cpu/gemv/problem.hpp"
 #include "accel/backend/cpu/gemv/scalar.hpp"
 #include "accel/core/dtype.hpp"
@@ -30,8 +31,8 @@
 
 namespace accel::backend::cpu {
 
-/// The tiers the GEMV has kernels for, best first.
-using gemv_ladder = xsimd::arch_list<simd::avx512_bf16, simd::avx512, simd::avx2, simd::scalar>;
+/// The tiers the GEMV has kernels for, best first (each CPU finds its own architecture's).
+using gemv_ladder = xsimd::arch_list<simd::neon, simd::avx512_bf16, simd::avx512, simd::avx2, simd::scalar>;
 
 /// The GEMV of one tier, resolved once.
 struct GemvKernels {

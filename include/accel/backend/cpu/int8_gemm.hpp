@@ -8,7 +8,8 @@
 // pair by the matching pair of a row of A and adds the two products into a 32-bit lane, exactly.
 // Sums wrap modulo 2^32 as int32 arithmetic does (only past k = 65,793 can they overflow).
 // The scalar overload is the reference; the AVX2 one runs on every AVX2 CPU (and under AVX-512
-// without VNNI, where oneDNN's kernels are the inexact ones).
+// without VNNI, where oneDNN's kernels are the inexact ones), the NEON one (int8_gemm/neon.hpp) on
+// AArch64.
 #pragma once
 
 #include <algorithm>
@@ -20,29 +21,14 @@
 #include <immintrin.h>
 #endif
 
+#include "accel/backend/cpu/int8_gemm/neon.hpp"
+#include "accel/backend/cpu/int8_gemm/packing.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
 
 namespace accel::backend::cpu {
 
 namespace detail {
-
-/// Columns per packed panel of B: four AVX2 registers of eight 32-bit sums.
-inline constexpr std::int64_t u8s8_panel = 32;
-
-/// B [k, n] as panels of u8s8_panel columns, each [ceil(k / 2)][u8s8_panel][2] int16 pairs,
-/// zero-padded past k and n.
-inline std::vector<std::int16_t> pack_s8_pairs(std::int64_t k, std::int64_t n, const std::int8_t* b) {
-  const std::int64_t pairs = (k + 1) / 2, panels = (n + u8s8_panel - 1) / u8s8_panel;
-  std::vector<std::int16_t> packed(static_cast<std::size_t>(panels * pairs * u8s8_panel * 2), 0);
-  for (std::int64_t q = 0; q < k; ++q) {
-    for (std::int64_t j = 0; j < n; ++j) {
-      const std::int64_t panel = j / u8s8_panel, col = j % u8s8_panel;
-      packed[static_cast<std::size_t>(((panel * pairs + q / 2) * u8s8_panel + col) * 2 + q % 2)] = b[q * n + j];
-    }
-  }
-  return packed;
-}
 
 /// One row of A against one packed panel: `cols` (<= u8s8_panel) sums into c.
 inline void u8s8_panel_row(simd::requires_arch<simd::scalar>, const std::uint8_t* a, std::int64_t k,
@@ -75,8 +61,8 @@ ACCEL_TARGET_AVX2 inline void u8s8_panel_row(simd::requires_arch<simd::avx2>, co
 
 }  // namespace detail
 
-/// The tiers gemm_u8s8 has kernels for, best first.
-using u8s8_ladder = xsimd::arch_list<simd::avx2, simd::scalar>;
+/// The tiers gemm_u8s8 has kernels for, best first (each CPU finds its own architecture's).
+using u8s8_ladder = xsimd::arch_list<simd::neon, simd::avx2, simd::scalar>;
 
 /// c[m, n] = a[m, k] x b[k, n] with u8 a, s8 b and exact 32-bit sums, with the kernel of tier
 /// `arch` (the caller checked that this CPU runs it); rows and panels are split over the
