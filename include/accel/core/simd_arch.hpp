@@ -217,8 +217,8 @@ struct arm_tag : Parent {
 struct neon : arm_tag<scalar, 5, &detail::cpu_features::neon> {
   static constexpr const char* name() noexcept { return "neon"; }
 };
-/// Advanced SIMD with the dot product (SDOT / UDOT: four int8 products into an int32 lane; Cortex-A55
-/// / A76, Neoverse N1, Apple M1 and later). Only the quantized kernels' lists name it.
+/// Advanced SIMD with the dot product (SDOT / UDOT: four int8 products into an int32 lane;
+/// Cortex-A55 / A76, Neoverse N1 and later). Only the int8 kernels' lists name it.
 struct neon_dotprod : arm_tag<neon, 6, &detail::cpu_features::neon_dotprod> {
   static constexpr const char* name() noexcept { return "neon_dotprod"; }
 };
