@@ -5,8 +5,9 @@
 // same things the layer tests do.
 //
 // The integer kernels must return the scalar kernel's integers; the ggml dot products on AArch64
-// its float bits too (their float sums follow the scalar order). The float kernels, and the x86
-// ggml kernels, are held to the bounds of the layer tests (tests/ops/test_matmul.cpp,
+// its float bits too (their float sums follow the scalar kernel's operations, which compile to the
+// same roundings with -ffp-contract=off, as the run script builds this). The float kernels, and the
+// x86 ggml kernels, are held to the bounds of the layer tests (tests/ops/test_matmul.cpp,
 // tests/quant/test_ggml_linear.cpp, tests/quant/test_bnb.cpp).
 //
 // ACCEL_TEST_EXPECT_TIER, when set, names the tier the dispatch must pick here (under
