@@ -221,8 +221,11 @@ TEST_CASE("GEMV: every tier matches a double reference for f32, f16 and bf16 wei
 TEST_CASE("gemm_u8s8: every tier gives the exact sums, where 16-bit pairs would saturate") {
   // tests/ops/test_matmul.cpp's cases: 255 x 127 and 255 x -128 everywhere, odd k (a zero-padded
   // last pair), two panels and a partial one, a k long enough to need more than 16 bits per lane.
-  for (const auto& [m, k, n, extreme] : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>>{
+  for (const auto& shape : std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>>{
            {5, 37, 9, false}, {3, 301, 70, true}, {1, 1, 1, true}, {17, 2048, 33, false}}) {
+    // Plain variables: Clang 14 cannot capture structured bindings in a lambda.
+    const std::int64_t m = std::get<0>(shape), k = std::get<1>(shape), n = std::get<2>(shape);
+    const bool extreme = std::get<3>(shape);
     std::vector<std::uint8_t> av(static_cast<std::size_t>(m * k));
     std::vector<std::int8_t> bv(static_cast<std::size_t>(k * n));
     for (std::size_t i = 0; i < av.size(); ++i) av[i] = extreme ? 255 : static_cast<std::uint8_t>((i * 37 + 11) % 256);
@@ -329,7 +332,8 @@ TEST_CASE("bitsandbytes NF4 / FP4: every tier against the portable kernel") {
   using quant::BnbQuantType;
   std::vector<std::string> tiers;
   for (const auto type : {BnbQuantType::nf4, BnbQuantType::fp4}) {
-    for (const auto& [in, bs] : std::vector<std::pair<std::size_t, std::size_t>>{{512, 64}, {512, 32}, {48, 64}, {40, 32}}) {
+    for (const auto& shape : std::vector<std::pair<std::size_t, std::size_t>>{{512, 64}, {512, 32}, {48, 64}, {40, 32}}) {
+      const std::size_t in = shape.first, bs = shape.second;
       const std::size_t out = 64;
       std::vector<std::uint8_t> bytes((out * in + 1) / 2);
       std::mt19937 g(31 + static_cast<unsigned>(in + bs));

@@ -22,7 +22,14 @@ namespace accel::quant::detail {
 /// The step of `neon_dotprod`.
 struct neon_sdot {
   ACCEL_TARGET_NEON_DOTPROD static int32x4_t dot(int32x4_t acc, int8x16_t a, int8x16_t b) noexcept {
+#if defined(__clang__) && !defined(__ARM_FEATURE_DOTPROD)
+    // Clang's arm_neon.h (14 at least) declares vdotq_s32 only when the whole translation unit
+    // targets the dot product; the instruction itself assembles under this function's attribute.
+    __asm__("sdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+    return acc;
+#else
     return vdotq_s32(acc, a, b);
+#endif
   }
 };
 
