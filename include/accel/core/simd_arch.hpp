@@ -62,11 +62,12 @@
 // Advanced SIMD is part of every AArch64 CPU: its kernels need no attribute beyond the baseline,
 // which this one names. The dot-product extension (SDOT / UDOT, optional from ARMv8.2-A) needs one;
 // GCC's arm_neon.h defines vdotq_s32 under armv8.2-a+dotprod, and a caller must have all of that
-// to inline it (a CPU with the extension implements ARMv8.2-A).
-#define ACCEL_TARGET_NEON __attribute__((target("+simd")))
+// to inline it (a CPU with the extension implements ARMv8.2-A). Clang spells features without '+'.
 #if defined(__clang__)
-#define ACCEL_TARGET_NEON_DOTPROD __attribute__((target("dotprod")))
+#define ACCEL_TARGET_NEON __attribute__((target("neon")))
+#define ACCEL_TARGET_NEON_DOTPROD __attribute__((target("neon,dotprod")))
 #else
+#define ACCEL_TARGET_NEON __attribute__((target("+simd")))
 #define ACCEL_TARGET_NEON_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #endif
 #else
