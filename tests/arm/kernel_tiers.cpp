@@ -1,8 +1,8 @@
 // Every CPU kernel family at every tier this CPU runs, against its scalar reference, in a program
 // that needs no oneDNN (only the kernel headers, xsimd and Catch2), so that a cross compiler can
-// build it: scripts/run-arm-tests.sh builds it for AArch64 and runs it under qemu-user, once per
-// emulated CPU (with and without the dot product) and once capped at scalar. On x86 it checks the
-// same things the layer tests do.
+// build it: scripts/run-arm-tests.sh builds it for AArch64 and runs it under qemu-user on emulated
+// CPUs with and without the dot product, and under the caps `neon` and `scalar`. On x86 it checks
+// the same things the layer tests do.
 //
 // The integer kernels must return the scalar kernel's integers; the ggml dot products on AArch64
 // its float bits too (their float sums follow the scalar kernel's operations, which compile to the
@@ -94,7 +94,7 @@ std::vector<float> activation_values(quant::GgmlType t, const quant::ActivationR
   return v;
 }
 
-/// The names of the tags of List that this CPU runs, best first, and the first of them.
+/// The names of the tags of List that this CPU runs, best first.
 template <class List>
 std::vector<std::string> available_tiers() {
   std::vector<std::string> names;
