@@ -313,6 +313,52 @@ TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size
   }
 }
 
+TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K give vec_dot's bits", "[quant][ggml]") {
+  // Each block decoded once for up to four activation rows (the one-row kernels are their R = 1),
+  // in groups of four and the rest as vec_dot_rows groups them.
+#if ACCEL_SIMD_X86
+  if (!simd::avx2::available()) {
+    WARN("AVX2 is not available at this tier: the multi-row kernels did not run");
+    return;
+  }
+  std::vector<ActivationRow> acts(7);
+  std::vector<const ActivationRow*> xs;
+  for (auto& a : acts) xs.push_back(&a);
+  for (const auto type : {GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q2_k, GgmlType::q3_k, GgmlType::q5_k}) {
+    INFO(io::ggml_type_name(type));
+    // 17 blocks of 32 (two-block steps and a last block) or two super-blocks.
+    const std::size_t n = activation_is_q8_k(type) ? 512 : 544, blocks = n / io::ggml_type_info(type).block_size;
+    std::vector<std::byte> packed(io::ggml_row_nbytes(type, n));
+    random_blocks(type, packed.data(), blocks, 31);
+    for (std::size_t t = 0; t < acts.size(); ++t) {
+      const auto x = random_floats(n, 60 + static_cast<unsigned>(t), 3.0f);
+      quantize_activation(type, x.data(), n, acts[t]);
+    }
+    for (std::size_t count = 1; count <= acts.size(); ++count) {
+      std::vector<float> got(count);
+      quant::detail::in_groups<4>([&](auto r, const ActivationRow* const* rows, float* o) {
+        constexpr int R = decltype(r)::value;
+        const std::byte* w = packed.data();
+        switch (type) {
+          case GgmlType::q4_1: quant::detail::dot32_rows_avx2<GgmlType::q4_1, R>(n, w, rows, o); break;
+          case GgmlType::q5_0: quant::detail::dot32_rows_avx2<GgmlType::q5_0, R>(n, w, rows, o); break;
+          case GgmlType::q5_1: quant::detail::dot32_rows_avx2<GgmlType::q5_1, R>(n, w, rows, o); break;
+          case GgmlType::q2_k: quant::detail::dot_q2_k_rows_avx2<R>(n, w, rows, o); break;
+          case GgmlType::q3_k: quant::detail::dot_q3_k_rows_avx2<R>(n, w, rows, o); break;
+          default: quant::detail::dot_q5_k_rows_avx2<R>(n, w, rows, o); break;
+        }
+      }, xs.data(), count, got.data());
+      for (std::size_t t = 0; t < count; ++t) {
+        INFO("count " << count << " row " << t);
+        CHECK(got[t] == vec_dot(simd::avx2{}, type, n, packed.data(), acts[t]));
+      }
+    }
+  }
+#else
+  WARN("not an x86 build: the AVX2 kernels are not compiled");
+#endif
+}
+
 TEST_CASE("vec_dot_tile and ggml_linear's one-row path give vec_dot's results bit for bit", "[quant][ggml]") {
   // 21 weight rows: two tiles of eight and a tail of five, through the tile directly and through
   // ggml_linear with one input row. Q8_0 / Q4_0 rows of 17 blocks take four-block steps and a tail.

@@ -5,8 +5,8 @@
 // Q8_0 goes through the sign trick (|w| times x carrying w's sign), at most 128 x 127 per product.
 // The offsets (Q4_0's 8, Q5_0's 16, Q3_K's 4, Q6_K's 32) and the mins (Q4_1, Q5_1, the K types)
 // are taken out once per block through the activation's block sums. Q4_K and Q6_K are the one-row
-// case of the multi-row kernels (ggml_dot/avx2_rows.hpp); Q2_K, Q3_K and Q5_K are in
-// ggml_dot/avx2_k.hpp.
+// case of the multi-row kernels (ggml_dot/avx2_rows.hpp), Q4_1, Q5_0 and Q5_1 of
+// detail::dot32_rows_avx2 below; Q2_K, Q3_K and Q5_K are in ggml_dot/avx2_k.hpp.
 #pragma once
 
 #include <cstddef>
@@ -85,43 +85,73 @@ ACCEL_TARGET_AVX2 inline __m256i codes32_avx2(const std::byte* p) noexcept {
   }
 }
 
-/// Q4_1, Q5_0 and Q5_1 as Q4_0: two blocks a step into two accumulators, the codes' products
-/// scaled by d_w d_x; the rest of each block's value meets the activation's block sum s in one
-/// scalar term: Q5_0's -16 d_w d_x s, Q4_1's / Q5_1's m_w d_x s (ggml's Q8_1 partner holds d_x s).
-template <GgmlType T>
-ACCEL_TARGET_AVX2 inline float dot32_avx2(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+/// Q4_1, Q5_0 and Q5_1 for R activation rows, as Q4_0: two blocks a step into two accumulators
+/// per row, the codes' products scaled by d_w d_x; the rest of each block's value meets the
+/// activation's block sum s in one scalar term: Q5_0's -16 d_w d_x s, Q4_1's / Q5_1's m_w d_x s
+/// (ggml's Q8_1 partner holds d_x s). Each block's codes and scales are decoded once for the R
+/// rows; the one-row kernel is R = 1, so every R gives vec_dot's bits.
+template <GgmlType T, int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot32_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                         float* out) noexcept {
   using B = io::ggml_block_t<T>;
   constexpr bool has_min = T != GgmlType::q5_0;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float offset = 0;
+  __m256 acc0[R], acc1[R];
+  float offset[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps(), offset[r] = 0;
   const std::size_t blocks = n / 32;
   std::size_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
     const std::byte* p = w + b * sizeof(B);
     const std::byte* q = p + sizeof(B);
-    const __m256i s0 = dot_u8s8_avx2(codes32_avx2<T>(p), load32_avx2(x.q8_0[b].qs));
-    const __m256i s1 = dot_u8s8_avx2(codes32_avx2<T>(q), load32_avx2(x.q8_0[b + 1].qs));
-    const float dx0 = x.q8_0_scales[b], dx1 = x.q8_0_scales[b + 1];
-    const float d0 = scale_at(p) * dx0, d1 = scale_at(q) * dx1;
-    if constexpr (has_min) {
-      offset += scale_at(p + offsetof(B, m)) * (dx0 * static_cast<float>(x.q8_0_sums[b])) +
-                scale_at(q + offsetof(B, m)) * (dx1 * static_cast<float>(x.q8_0_sums[b + 1]));
-    } else {
-      offset += d0 * static_cast<float>(x.q8_0_sums[b]) + d1 * static_cast<float>(x.q8_0_sums[b + 1]);
+    const __m256i u0 = codes32_avx2<T>(p), u1 = codes32_avx2<T>(q);
+    const float dw0 = scale_at(p), dw1 = scale_at(q);
+    float mw0 = 0, mw1 = 0;
+    if constexpr (has_min) mw0 = scale_at(p + offsetof(B, m)), mw1 = scale_at(q + offsetof(B, m));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const ActivationRow& a = *x[r];
+      const __m256i s0 = dot_u8s8_avx2(u0, load32_avx2(a.q8_0[b].qs));
+      const __m256i s1 = dot_u8s8_avx2(u1, load32_avx2(a.q8_0[b + 1].qs));
+      const float dx0 = a.q8_0_scales[b], dx1 = a.q8_0_scales[b + 1];
+      const float d0 = dw0 * dx0, d1 = dw1 * dx1;
+      if constexpr (has_min) {
+        offset[r] += mw0 * (dx0 * static_cast<float>(a.q8_0_sums[b])) + mw1 * (dx1 * static_cast<float>(a.q8_0_sums[b + 1]));
+      } else {
+        offset[r] += d0 * static_cast<float>(a.q8_0_sums[b]) + d1 * static_cast<float>(a.q8_0_sums[b + 1]);
+      }
+      acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(s0), acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(s1), acc1[r]);
     }
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(s0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(s1), acc1);
   }
   if (b < blocks) {
     const std::byte* p = w + b * sizeof(B);
-    const float dx = x.q8_0_scales[b], d = scale_at(p) * dx;
-    if constexpr (has_min) offset += scale_at(p + offsetof(B, m)) * (dx * static_cast<float>(x.q8_0_sums[b]));
-    else offset += d * static_cast<float>(x.q8_0_sums[b]);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot_u8s8_avx2(codes32_avx2<T>(p), load32_avx2(x.q8_0[b].qs))),
-                           acc0);
+    const __m256i u = codes32_avx2<T>(p);
+    const float dw = scale_at(p);
+    float mw = 0;
+    if constexpr (has_min) mw = scale_at(p + offsetof(B, m));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const ActivationRow& a = *x[r];
+      const float dx = a.q8_0_scales[b], d = dw * dx;
+      if constexpr (has_min) offset[r] += mw * (dx * static_cast<float>(a.q8_0_sums[b]));
+      else offset[r] += d * static_cast<float>(a.q8_0_sums[b]);
+      acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot_u8s8_avx2(u, load32_avx2(a.q8_0[b].qs))), acc0[r]);
+    }
   }
-  const float dots = hsum8_avx2(_mm256_add_ps(acc0, acc1));
-  return has_min ? dots + offset : dots - 16.0f * offset;
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const float dots = hsum8_avx2(_mm256_add_ps(acc0[r], acc1[r]));
+    out[r] = has_min ? dots + offset[r] : dots - 16.0f * offset[r];
+  }
+}
+
+template <GgmlType T>
+ACCEL_TARGET_AVX2 inline float dot32_avx2(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  dot32_rows_avx2<T, 1>(n, w, &xs, &out);
+  return out;
 }
 
 }  // namespace detail

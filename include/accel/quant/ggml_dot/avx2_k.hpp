@@ -1,7 +1,10 @@
 // The AVX2 dot products of Q2_K, Q3_K and Q5_K against Q8_K activations, a super-block at a time:
 //
-//   dot_q2_k / dot_q3_k / dot_q5_k(requires_arch<avx2>, n, w, x)
+//   dot_q2_k / dot_q3_k / dot_q5_k(requires_arch<avx2>, n, w, x)      one activation row
+//   detail::dot_q{2,3,5}_k_rows_avx2<R>(n, w, x, out)                R = 1..4 activation rows
 //
+// The one-row kernels are R = 1 of the multi-row ones (a super-block decoded once for R rows, as
+// ggml_dot/avx2_rows.hpp does for Q4_K / Q6_K), so any R gives vec_dot's bits.
 // Each 32-byte load of codes gives 32 elements in the activation's order (Q5_K: a chunk of qs is
 // groups 2c and 2c + 1 in its low and high nibbles; Q2_K / Q3_K: bit pair j of chunk c is
 // elements 128c + 32j .. + 31, two 16-element groups, one per 128-bit lane), so VPMADDUBSW meets
@@ -45,6 +48,21 @@ ACCEL_TARGET_AVX2 inline __m256i scale_pair_avx2(__m256i even_odd, int k) noexce
   return _mm256_shuffle_epi8(even_odd, _mm256_set1_epi16(static_cast<short>((2 * k) | ((2 * k + 1) << 8))));
 }
 
+/// A Q3_K block's sixteen scales less 32, as signed bytes (detail::q3_k_scales' values) without
+/// leaving the vector registers: the scalar word form ends in a 16-byte load of two 8-byte
+/// stores, which the store buffer cannot forward. Low nibbles: bytes 0-7 give scales 0-7, their
+/// high nibbles 8-15; high bit pairs: scale i takes pair i / 4 of byte 8 + i % 4, so the word of
+/// bytes 8-11 is broadcast and each 32-bit lane k shifted down 2k bits.
+ACCEL_TARGET_AVX2 inline __m128i q3_k_scales_avx2(const std::uint8_t* p) noexcept {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  std::int32_t hw;
+  std::memcpy(&hw, p + 8, 4);
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(lo, low4), _mm_and_si128(_mm_srli_epi16(lo, 4), low4));
+  const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(hw), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+}
+
 ACCEL_TARGET_AVX2 inline float half_at(const std::uint8_t* p) noexcept {
   std::uint16_t d;
   std::memcpy(&d, p, 2);
@@ -55,110 +73,178 @@ ACCEL_TARGET_AVX2 inline __m256i load32_k_avx2(const void* p) noexcept {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-}  // namespace detail
-
-ACCEL_TARGET_AVX2 inline float dot_q2_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
-                                        const ActivationRow& x) noexcept {
+/// Q2_K for R activation rows. Per super-block the sixteen scales (as pairs) and mins are decoded
+/// once, and each register of codes once, meeting the R rows as it is made: one register of
+/// codes live at a time, not eight, so R integer sums fit beside it without spilling.
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_q2_k_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                            float* out) noexcept {
   using B = io::block_q2_k;
   const __m256i three = _mm256_set1_epi8(3);
   const __m128i low4 = _mm_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  __m256 acc[R], accm[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
-    const io::block_q8_k& a = x.q8_k[b];
     // Scale in the low nibble, min in the high one, per 16-element group.
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(B, scales)));
-    const __m256i scales = detail::scales_even_odd_avx2<false>(_mm_and_si128(s, low4));
+    const __m256i scales = scales_even_odd_avx2<false>(_mm_and_si128(s, low4));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), low4));
-    const __m256i summ = _mm256_madd_epi16(detail::load32_k_avx2(a.bsums), mins);
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i sumi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int c = 0; c < 2; ++c) {
-      const __m256i q = detail::load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i q = load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const int k = 4 * c + j;
-        const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
-        const __m256i prod = _mm256_maddubs_epi16(u, detail::load32_k_avx2(a.qs + 32 * k));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, detail::scale_pair_avx2(scales, k)));
+        const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three), scale = scale_pair_avx2(scales, k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m256i prod = _mm256_maddubs_epi16(u, load32_k_avx2(x[r]->q8_k[b].qs + 32 * k));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(prod, scale));
+        }
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, d))), _mm256_cvtepi32_ps(sumi), acc);
-    accm = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, dmin))), _mm256_cvtepi32_ps(summ), accm);
+    const float fd = half_at(blk + offsetof(B, d)), fmin = half_at(blk + offsetof(B, dmin));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const io::block_q8_k& a = x[r]->q8_k[b];
+      const __m256i summ = _mm256_madd_epi16(load32_k_avx2(a.bsums), mins);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+      accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fmin), _mm256_cvtepi32_ps(summ), accm[r]);
+    }
   }
-  return detail::hsum8_avx2(_mm256_sub_ps(acc, accm));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(_mm256_sub_ps(acc[r], accm[r]));
 }
 
-ACCEL_TARGET_AVX2 inline float dot_q3_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
-                                        const ActivationRow& x) noexcept {
+/// Q3_K for R activation rows, as Q2_K: the codes (low bits + 4 x the high bit) made a register
+/// at a time for the R rows, the offset (-4 x each group's scale against the activation's sums)
+/// in the same integer sum.
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_q3_k_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                            float* out) noexcept {
   using B = io::block_q3_k;
   const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
-    const io::block_q8_k& a = x.q8_k[b];
-    std::int8_t sc[16];
-    detail::q3_k_scales(blk + offsetof(B, scales), sc);
-    const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
-    const __m256i scales = detail::scales_even_odd_avx2<true>(s);
-    // The offset: -4 x each group's scale x its activation sum.
-    const __m256i offset = _mm256_madd_epi16(detail::load32_k_avx2(a.bsums), _mm256_cvtepi8_epi16(s));
-    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 2));
-    // hmask's bit m (m = 4c + j) is the high bit of elements 32m .. 32m + 31: shifted down one
-    // bit per step, it is bit 0 of each byte, moved to bit 2.
-    __m256i h = detail::load32_k_avx2(blk + offsetof(B, hmask));
+    const __m128i s = q3_k_scales_avx2(blk + offsetof(B, scales));
+    const __m256i scales = scales_even_odd_avx2<true>(s);
+    const __m256i offset_scale = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(s)), 2);
+    __m256i sumi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_madd_epi16(load32_k_avx2(x[r]->q8_k[b].bsums), offset_scale);
+    // hmask's bit m (m = 4c + j) is the high bit of elements 32m .. 32m + 31, moved to bit 2 of
+    // each byte by one shift of the whole register.
+    const __m256i h = load32_k_avx2(blk + offsetof(B, hmask));
 #pragma GCC unroll 2
     for (int c = 0; c < 2; ++c) {
-      const __m256i q = detail::load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i q = load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const int k = 4 * c + j;
-        const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three),
-                                          _mm256_and_si256(_mm256_slli_epi16(h, 2), four));
-        h = _mm256_srli_epi16(h, 1);
-        const __m256i prod = _mm256_maddubs_epi16(u, detail::load32_k_avx2(a.qs + 32 * k));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, detail::scale_pair_avx2(scales, k)));
+        const __m256i hk = k <= 2 ? _mm256_slli_epi16(h, 2 - k) : _mm256_srli_epi16(h, k - 2);
+        const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three), _mm256_and_si256(hk, four));
+        const __m256i scale = scale_pair_avx2(scales, k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m256i prod = _mm256_maddubs_epi16(u, load32_k_avx2(x[r]->q8_k[b].qs + 32 * k));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(prod, scale));
+        }
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, d))), _mm256_cvtepi32_ps(sumi), acc);
+    const float fd = half_at(blk + offsetof(B, d));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r]->q8_k[b].d * fd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+    }
   }
-  return detail::hsum8_avx2(acc);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(acc[r]);
 }
 
-ACCEL_TARGET_AVX2 inline float dot_q5_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
-                                        const ActivationRow& x) noexcept {
+/// Q5_K for R activation rows: the eight scales and the mins decoded once per super-block, each
+/// chunk of codes (two groups: nibbles + fifth bits) made once and met by the R rows.
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_q5_k_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                            float* out) noexcept {
   using B = io::block_q5_k;
   const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  __m256 acc[R], accm[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
-    const io::block_q8_k& a = x.q8_k[b];
     std::uint8_t sc[8], mn[8];
     io::k4_scales_mins(blk + offsetof(B, scales), sc, mn);
+    __m256i sumi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+    // qh's bit g is the fifth bit of group g: two groups per chunk, then two bits down.
+    __m256i h = load32_k_avx2(blk + offsetof(B, qh));
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i u0 = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
+      const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
+      h = _mm256_srli_epi16(h, 2);
+      const __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const std::int8_t* a = x[r]->q8_k[b].qs + 64 * c;
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, load32_k_avx2(a)), s0);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, load32_k_avx2(a + 32)), s1);
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
+      }
+    }
     // Each group's min against its two 16-element activation sums: the mins doubled in place.
     std::int64_t mn8;
     std::memcpy(&mn8, mn, 8);
     const __m128i m = _mm_cvtsi64_si128(mn8);
-    const __m256i summ = _mm256_madd_epi16(detail::load32_k_avx2(a.bsums), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)));
-    // qh's bit g is the fifth bit of group g: two groups per chunk, then two bits down.
-    __m256i h = detail::load32_k_avx2(blk + offsetof(B, qh));
-    __m256i sumi = _mm256_setzero_si256();
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+    const float fd = half_at(blk + offsetof(B, d)), fmin = half_at(blk + offsetof(B, dmin));
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = detail::load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
-      const __m256i u0 = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
-      const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
-      h = _mm256_srli_epi16(h, 2);
-      const __m256i p0 = _mm256_maddubs_epi16(u0, detail::load32_k_avx2(a.qs + 64 * c));
-      const __m256i p1 = _mm256_maddubs_epi16(u1, detail::load32_k_avx2(a.qs + 64 * c + 32));
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])),
-                                                     _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]))));
+    for (int r = 0; r < R; ++r) {
+      const io::block_q8_k& a = x[r]->q8_k[b];
+      const __m256i summ = _mm256_madd_epi16(load32_k_avx2(a.bsums), mins);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+      accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fmin), _mm256_cvtepi32_ps(summ), accm[r]);
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, d))), _mm256_cvtepi32_ps(sumi), acc);
-    accm = _mm256_fmadd_ps(_mm256_set1_ps(a.d * detail::half_at(blk + offsetof(B, dmin))), _mm256_cvtepi32_ps(summ), accm);
   }
-  return detail::hsum8_avx2(_mm256_sub_ps(acc, accm));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(_mm256_sub_ps(acc[r], accm[r]));
+}
+
+}  // namespace detail
+
+ACCEL_TARGET_AVX2 inline float dot_q2_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                        const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  detail::dot_q2_k_rows_avx2<1>(n, w, &xs, &out);
+  return out;
+}
+
+ACCEL_TARGET_AVX2 inline float dot_q3_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                        const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  detail::dot_q3_k_rows_avx2<1>(n, w, &xs, &out);
+  return out;
+}
+
+ACCEL_TARGET_AVX2 inline float dot_q5_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                        const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  detail::dot_q5_k_rows_avx2<1>(n, w, &xs, &out);
+  return out;
 }
 
 }  // namespace accel::quant
