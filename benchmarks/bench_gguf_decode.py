@@ -50,11 +50,11 @@ def accel_rate(accel, gguf, phase, a):
 
 def bench_rate(llama_bench, gguf, phase, a, extra=()):
     p, n = (0, a.tokens) if phase == "decode" else (a.prompt, 0)
-    out = subprocess.run([llama_bench, "-m", gguf, "-p", str(p), "-n", str(n), "-t", "2", "-r", "1", "-o", "jsonl", *extra],
+    out = subprocess.run([llama_bench, "-m", gguf, "-p", str(p), "-n", str(n), "-t", "2", "-r", "1", "-o", "json", *extra],
                          capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"{llama_bench} {gguf}: {out.stderr.strip()[-300:]}")
-    return json.loads(out.stdout.splitlines()[0])["avg_ts"]
+    return json.loads(out.stdout)[0]["avg_ts"]  # -o json: ik_llama.cpp's llama-bench has no jsonl
 
 
 def main():

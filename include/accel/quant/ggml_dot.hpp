@@ -80,8 +80,9 @@ void vec_dot_tile(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
 }
 
 /// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): on VNNI
-/// (Q8_0, Q4_0, Q4_K, Q6_K) and AVX2 (Q4_K, Q6_K) each block is decoded once for up to four rows
-/// at a time; the other types and the portable kernels call vec_dot.
+/// (Q8_0, Q4_0, Q4_K, Q6_K) and AVX2 (every type but Q8_0 / Q4_0, which take the 16-row kernels of
+/// ggml_dot_x16.hpp there) each block is decoded once for up to four rows at a time; the portable
+/// kernels call vec_dot.
 template <class Arch>
 void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, const ActivationRow* const* x,
                   std::size_t count, float* out) {
@@ -98,7 +99,6 @@ void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
       return;
     }
   }
-#endif
   if constexpr (std::is_base_of_v<simd::avx2, Arch>) {
     if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
       detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
@@ -108,7 +108,23 @@ void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
       }, x, count, out);
       return;
     }
+    if (t == GgmlType::q4_1 || t == GgmlType::q5_0 || t == GgmlType::q5_1 || t == GgmlType::q2_k || t == GgmlType::q3_k ||
+        t == GgmlType::q5_k) {
+      detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
+        constexpr int R = decltype(r)::value;
+        switch (t) {
+          case GgmlType::q4_1: detail::dot32_rows_avx2<GgmlType::q4_1, R>(n, w, xs, o); break;
+          case GgmlType::q5_0: detail::dot32_rows_avx2<GgmlType::q5_0, R>(n, w, xs, o); break;
+          case GgmlType::q5_1: detail::dot32_rows_avx2<GgmlType::q5_1, R>(n, w, xs, o); break;
+          case GgmlType::q2_k: detail::dot_q2_k_rows_avx2<R>(n, w, xs, o); break;
+          case GgmlType::q3_k: detail::dot_q3_k_rows_avx2<R>(n, w, xs, o); break;
+          default: detail::dot_q5_k_rows_avx2<R>(n, w, xs, o); break;
+        }
+      }, x, count, out);
+      return;
+    }
   }
+#endif
   for (std::size_t i = 0; i < count; ++i) out[i] = vec_dot(arch, t, n, w, *x[i]);
 }
 
