@@ -126,4 +126,20 @@ inline void in_groups(const Kernel& kernel, const ActivationRow* const* x, std::
 }
 }  // namespace detail
 
+namespace detail {
+/// A multi-row kernel (out-of-line, one tier's target) with one activation row: the one-row dot
+/// product of that tier, so the two give the same bits.
+template <auto Kernel>
+inline float one_row(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
+  float out;
+  const ActivationRow* xs = &x;
+  if constexpr (requires { Kernel(n, w, &xs, &out, std::size_t{0}); }) {
+    Kernel(n, w, &xs, &out, 0);  // a weight-row tile of one
+  } else {
+    Kernel(n, w, &xs, &out);
+  }
+  return out;
+}
+}  // namespace detail
+
 }  // namespace accel::quant

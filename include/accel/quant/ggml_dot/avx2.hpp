@@ -38,17 +38,6 @@ ACCEL_TARGET_AVX2 inline __m256i nibbles_avx2(const std::byte* q) noexcept {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
 }
 
-ACCEL_TARGET_AVX2 inline __m256i load32_avx2(const void* p) noexcept {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-/// A block's f16 scale by F16C (io::f16_scale's value: the conversion is exact).
-ACCEL_TARGET_AVX2 inline float scale_at(const std::byte* p) noexcept {
-  std::uint16_t d;
-  std::memcpy(&d, p, 2);
-  return _cvtsh_ss(d);
-}
-
 /// Q8_0 block b's integer products with the activation's, as eight int32 lanes (the sign trick:
 /// |w| times x carrying w's sign).
 ACCEL_TARGET_AVX2 inline __m256i q8_0_block_avx2(const std::byte* p, const ActivationRow& x, std::size_t b) noexcept {
@@ -148,10 +137,7 @@ template <GgmlType T, int R>
 
 template <GgmlType T>
 ACCEL_TARGET_AVX2 inline float dot32_avx2(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  dot32_rows_avx2<T, 1>(n, w, &xs, &out);
-  return out;
+  return one_row<dot32_rows_avx2<T, 1>>(n, w, x);
 }
 
 }  // namespace detail
@@ -220,18 +206,12 @@ ACCEL_TARGET_AVX2 inline float dot_q5_1(simd::requires_arch<simd::avx2>, std::si
 
 ACCEL_TARGET_AVX2 inline float dot_q4_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
                                         const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q4_k_rows_avx2<1>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q4_k_rows_avx2<1>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX2 inline float dot_q6_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
                                         const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q6_k_rows_avx2<1>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q6_k_rows_avx2<1>>(n, w, x);
 }
 
 }  // namespace accel::quant

@@ -63,16 +63,6 @@ ACCEL_TARGET_AVX2 inline __m128i q3_k_scales_avx2(const std::uint8_t* p) noexcep
   return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
 }
 
-ACCEL_TARGET_AVX2 inline float half_at(const std::uint8_t* p) noexcept {
-  std::uint16_t d;
-  std::memcpy(&d, p, 2);
-  return _cvtsh_ss(d);
-}
-
-ACCEL_TARGET_AVX2 inline __m256i load32_k_avx2(const void* p) noexcept {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
 /// Q2_K for R activation rows. Per super-block the sixteen scales (as pairs) and mins are decoded
 /// once, and each register of codes once, meeting the R rows as it is made: one register of
 /// codes live at a time, not eight, so R integer sums fit beside it without spilling.
@@ -96,23 +86,23 @@ template <int R>
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int c = 0; c < 2; ++c) {
-      const __m256i q = load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i q = load32_avx2(blk + offsetof(B, qs) + 32 * c);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const int k = 4 * c + j;
         const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three), scale = scale_pair_avx2(scales, k);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          const __m256i prod = _mm256_maddubs_epi16(u, load32_k_avx2(x[r]->q8_k[b].qs + 32 * k));
+          const __m256i prod = _mm256_maddubs_epi16(u, load32_avx2(x[r]->q8_k[b].qs + 32 * k));
           sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(prod, scale));
         }
       }
     }
-    const float fd = half_at(blk + offsetof(B, d)), fmin = half_at(blk + offsetof(B, dmin));
+    const float fd = scale_at(blk + offsetof(B, d)), fmin = scale_at(blk + offsetof(B, dmin));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const io::block_q8_k& a = x[r]->q8_k[b];
-      const __m256i summ = _mm256_madd_epi16(load32_k_avx2(a.bsums), mins);
+      const __m256i summ = _mm256_madd_epi16(load32_avx2(a.bsums), mins);
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
       accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fmin), _mm256_cvtepi32_ps(summ), accm[r]);
     }
@@ -139,13 +129,13 @@ template <int R>
     const __m256i offset_scale = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(s)), 2);
     __m256i sumi[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sumi[r] = _mm256_madd_epi16(load32_k_avx2(x[r]->q8_k[b].bsums), offset_scale);
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_madd_epi16(load32_avx2(x[r]->q8_k[b].bsums), offset_scale);
     // hmask's bit m (m = 4c + j) is the high bit of elements 32m .. 32m + 31, moved to bit 2 of
     // each byte by one shift of the whole register.
-    const __m256i h = load32_k_avx2(blk + offsetof(B, hmask));
+    const __m256i h = load32_avx2(blk + offsetof(B, hmask));
 #pragma GCC unroll 2
     for (int c = 0; c < 2; ++c) {
-      const __m256i q = load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i q = load32_avx2(blk + offsetof(B, qs) + 32 * c);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const int k = 4 * c + j;
@@ -154,12 +144,12 @@ template <int R>
         const __m256i scale = scale_pair_avx2(scales, k);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          const __m256i prod = _mm256_maddubs_epi16(u, load32_k_avx2(x[r]->q8_k[b].qs + 32 * k));
+          const __m256i prod = _mm256_maddubs_epi16(u, load32_avx2(x[r]->q8_k[b].qs + 32 * k));
           sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(prod, scale));
         }
       }
     }
-    const float fd = half_at(blk + offsetof(B, d));
+    const float fd = scale_at(blk + offsetof(B, d));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r]->q8_k[b].d * fd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
@@ -187,10 +177,10 @@ template <int R>
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     // qh's bit g is the fifth bit of group g: two groups per chunk, then two bits down.
-    __m256i h = load32_k_avx2(blk + offsetof(B, qh));
+    __m256i h = load32_avx2(blk + offsetof(B, qh));
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = load32_k_avx2(blk + offsetof(B, qs) + 32 * c);
+      const __m256i q = load32_avx2(blk + offsetof(B, qs) + 32 * c);
       const __m256i u0 = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
       const __m256i u1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
       h = _mm256_srli_epi16(h, 2);
@@ -198,8 +188,8 @@ template <int R>
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const std::int8_t* a = x[r]->q8_k[b].qs + 64 * c;
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, load32_k_avx2(a)), s0);
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, load32_k_avx2(a + 32)), s1);
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, load32_avx2(a)), s0);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, load32_avx2(a + 32)), s1);
         sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
       }
     }
@@ -208,11 +198,11 @@ template <int R>
     std::memcpy(&mn8, mn, 8);
     const __m128i m = _mm_cvtsi64_si128(mn8);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
-    const float fd = half_at(blk + offsetof(B, d)), fmin = half_at(blk + offsetof(B, dmin));
+    const float fd = scale_at(blk + offsetof(B, d)), fmin = scale_at(blk + offsetof(B, dmin));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const io::block_q8_k& a = x[r]->q8_k[b];
-      const __m256i summ = _mm256_madd_epi16(load32_k_avx2(a.bsums), mins);
+      const __m256i summ = _mm256_madd_epi16(load32_avx2(a.bsums), mins);
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fd), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
       accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fmin), _mm256_cvtepi32_ps(summ), accm[r]);
     }
@@ -225,26 +215,17 @@ template <int R>
 
 ACCEL_TARGET_AVX2 inline float dot_q2_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
                                         const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q2_k_rows_avx2<1>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q2_k_rows_avx2<1>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX2 inline float dot_q3_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
                                         const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q3_k_rows_avx2<1>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q3_k_rows_avx2<1>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX2 inline float dot_q5_k(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
                                         const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  detail::dot_q5_k_rows_avx2<1>(n, w, &xs, &out);
-  return out;
+  return detail::one_row<detail::dot_q5_k_rows_avx2<1>>(n, w, x);
 }
 
 }  // namespace accel::quant

@@ -33,6 +33,17 @@
 
 namespace accel::quant::detail {
 
+ACCEL_TARGET_AVX2 inline __m256i load32_avx2(const void* p) noexcept {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+/// A block's f16 scale by F16C (io::f16_scale's value: the conversion is exact).
+ACCEL_TARGET_AVX2 inline float scale_at(const void* p) noexcept {
+  std::uint16_t d;
+  std::memcpy(&d, p, 2);
+  return _cvtsh_ss(d);
+}
+
 /// Words j = 0..3 of the 16 bytes at p + i * stride for rows i = 0..7: out[j], lane i.
 ACCEL_TARGET_AVX2 inline void transpose_x8(const std::byte* p, std::size_t stride, __m256i out[4]) noexcept {
   __m256i z[4];  // z[a], 128-bit lane l: row a + 4l
@@ -151,10 +162,7 @@ template <int R>
     }
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) scale[g] = _mm256_set1_epi16(sc[g]);
-    std::uint16_t dh, mh;
-    std::memcpy(&dh, p, 2);
-    std::memcpy(&mh, p + 2, 2);
-    const float fd = _cvtsh_ss(dh), fmin = _cvtsh_ss(mh);
+    const float fd = scale_at(p), fmin = scale_at(p + 2);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const io::block_q8_k& a = x[r]->q8_k[b];
@@ -211,9 +219,7 @@ template <int R>
     }
     const __m256i offset_scale =
         _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))), _mm256_set1_epi16(-32));
-    std::uint16_t dh;
-    std::memcpy(&dh, blk + 208, 2);
-    const float fd = _cvtsh_ss(dh);
+    const float fd = scale_at(blk + 208);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const io::block_q8_k& a = x[r]->q8_k[b];

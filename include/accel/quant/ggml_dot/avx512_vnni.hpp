@@ -334,21 +334,6 @@ template <int R>
 
 }  // namespace detail
 
-namespace detail {
-/// A multi-row kernel with one activation row.
-template <auto Kernel>
-ACCEL_TARGET_AVX512_VNNI inline float one_row(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
-  float out;
-  const ActivationRow* xs = &x;
-  if constexpr (requires { Kernel(n, w, &xs, &out, std::size_t{0}); }) {
-    Kernel(n, w, &xs, &out, 0);  // a weight-row tile of one
-  } else {
-    Kernel(n, w, &xs, &out);
-  }
-  return out;
-}
-}  // namespace detail
-
 ACCEL_TARGET_AVX512_VNNI inline float dot_q8_0(simd::requires_arch<simd::avx512_vnni>, std::size_t n, const std::byte* w,
                                                const ActivationRow& x) noexcept {
   return detail::one_row<detail::dot_q8_q4_rows<1, false>>(n, w, x);
