@@ -257,8 +257,8 @@ TEST_CASE("gemm_u8s8: every tier gives the exact sums, where 16-bit pairs would 
 }
 
 TEST_CASE("ggml dot products of every integer type and length: every tier against the scalar") {
-  // tests/quant/test_ggml_linear.cpp's types and lengths (1-9 blocks and 131), eight rows (a
-  // vec_dot_tile) whose last ends the allocation. AArch64's kernels give the scalar bits (the types
+  // tests/quant/test_ggml_linear.cpp's types and lengths (1-9 blocks and 131), eight rows whose
+  // last ends the allocation. AArch64's kernels give the scalar bits (the types
   // without NEON kernels run the scalar ones); x86's are held to that test's bound, a share of the
   // terms' magnitude.
   using quant::ActivationRow;
@@ -271,7 +271,7 @@ TEST_CASE("ggml dot products of every integer type and length: every tier agains
       const std::size_t n = blocks * io::ggml_type_info(type).block_size;
       INFO(io::ggml_type_name(type) << " n = " << n);
       const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
-      const std::size_t rows = quant::dot_tile_rows;
+      const std::size_t rows = 8;
       const auto packed = std::make_unique<std::byte[]>(rows * row_bytes);
       for (std::size_t r = 0; r < rows; ++r) {
         const unsigned seed = 5 + static_cast<unsigned>(n + 1000 * r);
@@ -302,20 +302,20 @@ TEST_CASE("ggml dot products of every integer type and length: every tier agains
         using A = decltype(arch);
         if (!A::supported() || !A::available()) return;
         INFO(A::name());
-        float tile[quant::dot_tile_rows], two[2];
-        quant::vec_dot_tile(arch, type, n, packed.get(), row_bytes, a, tile);
+        float each[8], two[2];
+        for (std::size_t r = 0; r < rows; ++r) each[r] = quant::vec_dot(arch, type, n, packed.get() + r * row_bytes, a);
         quant::vec_dot_rows(arch, type, n, last, both, 2, two);
         const float one = quant::vec_dot(arch, type, n, last, a);
         if constexpr (is_arm_tier<A>) {
           CHECK(one == portable[rows - 1]);
           CHECK(two[0] == portable[rows - 1]);
           CHECK(two[1] == portable2);
-          for (std::size_t r = 0; r < rows; ++r) CHECK(tile[r] == portable[r]);
+          for (std::size_t r = 0; r < rows; ++r) CHECK(each[r] == portable[r]);
         } else {
           CHECK(std::fabs(double(one) - portable[rows - 1]) <= bound);
           CHECK(std::fabs(double(two[0]) - portable[rows - 1]) <= bound);
           CHECK(std::fabs(double(two[1]) - portable2) <= bound);
-          CHECK(std::fabs(double(tile[rows - 1]) - portable[rows - 1]) <= bound);
+          CHECK(std::fabs(double(each[rows - 1]) - portable[rows - 1]) <= bound);
         }
         tiers.emplace_back(A::name());
       });

@@ -6,7 +6,6 @@
 //   has_quantized_dot(t)                    Q4_0 .. Q5_1, Q8_0, Q2_K .. Q6_K: integer kernels
 //   vec_dot(arch, t, n, w_row, x)           one weight row (n elements) times one activation row
 //   vec_dot_rows(arch, t, n, w_row, xs, k, out)  one weight row times k activation rows
-//   vec_dot_tile(arch, t, n, w, row_bytes, x, out)  dot_tile_rows weight rows times one activation row
 //
 // Kernels are overloads on the simd tags (core/simd_arch.hpp), one room per tier in ggml_dot/:
 // scalar.hpp (portable C++, every CPU), avx2.hpp (VPMADDUBSW / VPMADDWD), avx512_vnni.hpp
@@ -51,32 +50,6 @@ float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, c
     default: break;
   }
   throw DTypeError("vec_dot: no integer kernel for " + std::string(io::ggml_type_name(t)));
-}
-
-/// Weight rows per vec_dot_tile call.
-inline constexpr std::size_t dot_tile_rows = 8;
-
-/// `dot_tile_rows` consecutive weight rows (`row_bytes` apart) times one activation row: out[i] =
-/// vec_dot(arch, t, n, w + i * row_bytes, x), bit for bit. On VNNI, Q8_0's and Q4_0's eight rows
-/// advance together, block by block: a decode step's GEMV then keeps eight weight streams in
-/// flight instead of one, and loads the activation once for all eight (4096 x 4096, 2 threads:
-/// Q8_0 1.25x, Q4_0 1.1x one row at a time). The K types measured no steadier either way, and
-/// keep one row at a time.
-template <class Arch>
-void vec_dot_tile(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, std::size_t row_bytes, const ActivationRow& x,
-                  float* out) {
-  constexpr int W = static_cast<int>(dot_tile_rows);
-#if ACCEL_SIMD_X86
-  if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
-    const ActivationRow* xs = &x;
-    switch (t) {
-      case GgmlType::q8_0: return detail::dot_q8_q4_rows<1, false, W>(n, w, &xs, out, row_bytes);
-      case GgmlType::q4_0: return detail::dot_q8_q4_rows<1, true, W>(n, w, &xs, out, row_bytes);
-      default: break;
-    }
-  }
-#endif
-  for (int i = 0; i < W; ++i) out[i] = vec_dot(arch, t, n, w + static_cast<std::size_t>(i) * row_bytes, x);
 }
 
 /// One weight row times `count` activation rows (out[i] = vec_dot(arch, t, n, w, *x[i])): on VNNI

@@ -112,17 +112,10 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
         return;
       }
       if (rows == 1) {
-        // A decode step: eight weight rows a step (vec_dot_tile), the last m % 8 one at a time.
-        constexpr std::size_t g = dot_tile_rows;
-        parallel_for((m + g - 1) / g, 2, [&](std::size_t b, std::size_t e) {
-          for (std::size_t s = b; s < e; ++s) {
-            const std::size_t r0 = s * g;
-            if (r0 + g <= m) {
-              vec_dot_tile(arch, type, n, ws + r0 * row_bytes, row_bytes, acts[0], ys + r0);
-            } else {
-              for (std::size_t r = r0; r < m; ++r) ys[r] = vec_dot(arch, type, n, ws + r * row_bytes, acts[0]);
-            }
-          }
+        // A decode step: one weight row after another, each thread sweeping a contiguous share of
+        // the matrix (the one stream the prefetchers follow best; see dot_q8_q4_rows).
+        parallel_for(m, 16, [&](std::size_t b, std::size_t e) {
+          for (std::size_t r = b; r < e; ++r) ys[r] = vec_dot(arch, type, n, ws + r * row_bytes, acts[0]);
         });
         return;
       }

@@ -70,21 +70,32 @@ ACCEL_TARGET_AVX512_VNNI inline q4_0_group decode_q4_0_group(const std::byte* p)
           _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales))};
 }
 
-/// Up to four activation rows against W consecutive weight rows (`row_bytes` apart), each weight
-/// block decoded once for all the activation rows (a small batch then costs one decode per block
-/// instead of one per row). Result (weight row i, activation row r) is out[i * R + r], and every
-/// weight row gets the same operations in the same order whatever W and R are, so a tile gives
-/// each single product bit for bit. The single-row kernels dot_q8_0 / dot_q4_0 are this with one
-/// row of each.
+/// Prefetches `Lines` cache lines 4 KB past `p`: the next rows' weights, for the one-row kernels
+/// that stream a matrix from L3 or DRAM (Q4_K, 4096 x 14336, 2 threads, an Intel Xeon: 0.85 ->
+/// 0.70-0.81 ms; Q4_0, 2048 x 5632 streamed from DRAM, 2 threads, Zen 4: 23 -> 27 GB/s; Q8_0
+/// measured no faster and takes none).
+template <int Lines>
+ACCEL_TARGET_AVX512_VNNI inline void prefetch_ahead(const void* p) noexcept {
+#pragma GCC unroll 16
+  for (int line = 0; line < Lines; ++line) _mm_prefetch(static_cast<const char*>(p) + 4096 + 64 * line, _MM_HINT_T0);
+}
+
+/// One weight row against up to four activation rows, each weight block decoded once for all the
+/// activation rows (a small batch then costs one decode per block instead of one per row). Every
+/// activation row gets the same operations in the same order whatever R is, so each product comes
+/// out bit for bit as the single-row kernels dot_q8_0 / dot_q4_0 (this with R = 1) give it.
 ///
-/// The loops over W and R are unrolled and the kernels kept out of line on purpose: inlined into
-/// the dispatching lambdas, GCC 12 kept the accumulators in memory, and a batch of two cost three
-/// and a half single rows instead of under two.
-template <int R, bool Q4, int W = 1>
+/// One weight row at a time, not several advancing together: eight (or even two) rows read block
+/// by block were 1.5-1.7x slower streaming from DRAM (Zen 4, 2048 x 2048 and 2048 x 5632, 2
+/// threads: Q4_0 12-16 vs 20-23 GB/s, Q8_0 17-20 vs 28-34 GB/s), whatever was prefetched, although
+/// 1.1-1.25x faster with the matrix in L3. The loop over R is unrolled and the kernel kept out of
+/// line on purpose: inlined into the dispatching lambdas, GCC 12 kept the accumulators in memory,
+/// and a batch of two cost three and a half single rows instead of under two.
+template <int R, bool Q4>
 [[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_q8_q4_rows(std::size_t n, const std::byte* w, const ActivationRow* const* x,
-                                                    float* out, std::size_t row_bytes = 0) noexcept {
-  __m256 acc[W * R];
-  __m512 acc4[W * R];  // Q4_0's four-block steps
+                                                    float* out) noexcept {
+  __m256 acc[R];
+  __m512 acc4[R];  // Q4_0's four-block steps
   const std::int8_t* xq[R];
   const std::int32_t* xsum[R];
   const float* xd[R];
@@ -94,8 +105,8 @@ template <int R, bool Q4, int W = 1>
     xsum[r] = x[r]->q8_0_sums.data();
     xd[r] = x[r]->q8_0_scales.data();
   }
-#pragma GCC unroll 32
-  for (int a = 0; a < W * R; ++a) acc[a] = _mm256_setzero_ps(), acc4[a] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int a = 0; a < R; ++a) acc[a] = _mm256_setzero_ps(), acc4[a] = _mm512_setzero_ps();
   constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
   std::size_t b = 0;
   if constexpr (Q4) {
@@ -104,47 +115,42 @@ template <int R, bool Q4, int W = 1>
     // this way: its 34-byte blocks already stream as fast as the caches deliver them.
     for (; b + 4 <= n / 32; b += 4) {
       const std::size_t g = b / 4;
+      prefetch_ahead<2>(w + b * block);  // 72 bytes a step
+      const q4_0_group grp = decode_q4_0_group(w + b * block);
 #pragma GCC unroll 8
-      for (int i = 0; i < W; ++i) {
-        const q4_0_group grp = decode_q4_0_group(w + i * row_bytes + b * block);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const std::int8_t* lanes = x[r]->group_lanes.data() + 128 * g;
-          __m512i dot = _mm512_loadu_si512(x[r]->group_offset.data() + 16 * g);
-          dot = _mm512_dpbusd_epi32(dot, grp.low, _mm512_loadu_si512(lanes));
-          dot = _mm512_dpbusd_epi32(dot, grp.high, _mm512_loadu_si512(lanes + 64));
-          const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps(x[r]->group_scale.data() + 16 * g));
-          acc4[i * R + r] = _mm512_fmadd_ps(scaled, grp.scale, acc4[i * R + r]);
-        }
+      for (int r = 0; r < R; ++r) {
+        const std::int8_t* lanes = x[r]->group_lanes.data() + 128 * g;
+        __m512i dot = _mm512_loadu_si512(x[r]->group_offset.data() + 16 * g);
+        dot = _mm512_dpbusd_epi32(dot, grp.low, _mm512_loadu_si512(lanes));
+        dot = _mm512_dpbusd_epi32(dot, grp.high, _mm512_loadu_si512(lanes + 64));
+        const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps(x[r]->group_scale.data() + 16 * g));
+        acc4[r] = _mm512_fmadd_ps(scaled, grp.scale, acc4[r]);
       }
     }
   }
   for (; b < n / 32; ++b) {
+    const std::byte* p = w + b * block;
+    std::uint16_t d;
+    std::memcpy(&d, p, 2);
+    const float dw = _cvtsh_ss(d);
+    __m256i q;
+    if constexpr (Q4) {
+      q = nibbles(reinterpret_cast<const std::uint8_t*>(p + 2));
+    } else {
+      q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    }
+    const __m256i uq = Q4 ? q : _mm256_sign_epi8(q, q);
 #pragma GCC unroll 8
-    for (int i = 0; i < W; ++i) {
-      const std::byte* p = w + i * row_bytes + b * block;
-      std::uint16_t d;
-      std::memcpy(&d, p, 2);
-      const float dw = _cvtsh_ss(d);
-      __m256i q;
-      if constexpr (Q4) {
-        q = nibbles(reinterpret_cast<const std::uint8_t*>(p + 2));
-      } else {
-        q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-      }
-      const __m256i uq = Q4 ? q : _mm256_sign_epi8(q, q);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * sizeof(io::block_q8_0)));
-        // Q4_0's codes are value + 8: the offset comes out in integers, from lane 0's start.
-        const __m256i start = Q4 ? _mm256_castsi128_si256(_mm_cvtsi32_si128(-8 * xsum[r][b])) : _mm256_setzero_si256();
-        const __m256i dot = _mm256_dpbusd_epi32(start, uq, Q4 ? qx : _mm256_sign_epi8(qx, q));
-        acc[i * R + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xd[r][b]), acc[i * R + r]);
-      }
+    for (int r = 0; r < R; ++r) {
+      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * sizeof(io::block_q8_0)));
+      // Q4_0's codes are value + 8: the offset comes out in integers, from lane 0's start.
+      const __m256i start = Q4 ? _mm256_castsi128_si256(_mm_cvtsi32_si128(-8 * xsum[r][b])) : _mm256_setzero_si256();
+      const __m256i dot = _mm256_dpbusd_epi32(start, uq, Q4 ? qx : _mm256_sign_epi8(qx, q));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xd[r][b]), acc[r]);
     }
   }
-#pragma GCC unroll 32
-  for (int a = 0; a < W * R; ++a) out[a] = hsum(acc[a]) + hsum(acc4[a]);
+#pragma GCC unroll 8
+  for (int a = 0; a < R; ++a) out[a] = hsum(acc[a]) + hsum(acc4[a]);
 }
 
 // GCC 12 warns that its own intrinsics' undefined pass-through operands are uninitialized when
@@ -169,14 +175,6 @@ ACCEL_TARGET_AVX512_VNNI inline __m512i k4_scales_mins(__m512i head) noexcept {
   return _mm512_or_si512(_mm512_or_si512(low, high), top2);
 }
 
-/// Prefetches `Lines` cache lines 4 KB past `p`: the next rows' weights, for the one-row kernels
-/// that stream a matrix from L3 or DRAM (Q4_K, 4096 x 14336, 2 threads, an Intel Xeon: 0.85 ->
-/// 0.70-0.81 ms).
-template <int Lines>
-ACCEL_TARGET_AVX512_VNNI inline void prefetch_ahead(const void* p) noexcept {
-#pragma GCC unroll 16
-  for (int line = 0; line < Lines; ++line) _mm_prefetch(static_cast<const char*>(p) + 4096 + 64 * line, _MM_HINT_T0);
-}
 
 /// 128-bit lane I of `v`, four times (the shuffle's immediate must be a constant expression).
 template <int I>
