@@ -29,6 +29,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "accel/core/errors.hpp"
 
@@ -60,6 +61,13 @@ constexpr bool has_dot_x16(const Arch&, GgmlType t) noexcept {
 }
 
 #if ACCEL_SIMD_X86
+// GCC 12 warns that its own intrinsics' undefined pass-through operands are uninitialized once
+// they are inlined into a block held in memory (the register is never read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 namespace detail {
 
 /// Words j = 0..3 of the 16 bytes at p + i * stride for rows i = 0..15: out[j], lane i. Four
@@ -82,57 +90,102 @@ ACCEL_TARGET_AVX512_VNNI inline void transpose_x16(const std::byte* p, std::size
   out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/// R activation rows against the 16 weight rows at w (row i at w + i * row_bytes).
+/// One block (32 elements) of sixteen Q8_0 / Q4_0 rows, rows in lanes: the sixteen scales and
+/// q[j], elements 4j..4j+3 of each row as unsigned bytes (Q4_0's codes, Q8_0's plus 128).
+struct x16_block {
+  __m512 dw;
+  __m512i q[8];
+};
+
+/// Block b of the sixteen rows at w (row i at w + i * row_bytes), transposed.
+template <bool Q4>
+ACCEL_TARGET_AVX512_VNNI inline void decode_x16(const std::byte* w, std::size_t row_bytes, std::size_t b,
+                                                x16_block& k) noexcept {
+  constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
+  const std::byte* p = w + b * block;
+  // The next sixteen rows, into L2: sixteen short streams at once are more than the hardware
+  // prefetchers follow (rows of 1-2 KiB streamed from DRAM ran at half speed without this).
+  if (b % 2 == 0) {
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < 16; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + (16 + i) * row_bytes), _MM_HINT_T1);
+  }
+  __m512i head[4];  // head[0]: each row's first word, its scale in the low half
+  transpose_x16(p, row_bytes, head);
+  k.dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0]));
+  if constexpr (Q4) {
+    // Byte j holds element j (low nibble) and element j + 16 (high nibble).
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    transpose_x16(p + 2, row_bytes, k.q);
+#pragma GCC unroll 8
+    for (int j = 0; j < 4; ++j) {
+      k.q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(k.q[j], 4), low);
+      k.q[j] = _mm512_and_si512(k.q[j], low);
+    }
+  } else {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    transpose_x16(p + 2, row_bytes, k.q);
+    transpose_x16(p + 18, row_bytes, k.q + 4);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) k.q[j] = _mm512_xor_si512(k.q[j], sign);
+  }
+}
+
+/// Block b of sixteen rows against R activation rows, into acc[r] (lane i: weight row i).
+template <int R, bool Q4>
+ACCEL_TARGET_AVX512_VNNI inline void accumulate_x16(const x16_block& k, std::size_t b, const ActivationRow* const* x,
+                                                    __m512 (&acc)[R]) noexcept {
+  constexpr int offset = Q4 ? 8 : 128;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    std::int32_t xw[8];
+    std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
+    __m512i s = _mm512_set1_epi32(-offset * x[r]->q8_0_sums[b]);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, k.q[j], _mm512_set1_epi32(xw[j]));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(k.dw, _mm512_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
+  }
+}
+
+/// R activation rows against the 16 weight rows at w (row i at w + i * row_bytes), each block
+/// transposed as it is read.
 template <int R, bool Q4>
 ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4(std::size_t n, const std::byte* w, std::size_t row_bytes,
                                                    const ActivationRow* const* x, float* out) noexcept {
-  constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
-  constexpr int offset = Q4 ? 8 : 128;
-  const __m512i low = _mm512_set1_epi8(0x0F), sign = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::size_t b = 0; b < n / 32; ++b) {
-    const std::byte* p = w + b * block;
-    // The next sixteen rows, into L2: sixteen short streams at once are more than the hardware
-    // prefetchers follow (rows of 1-2 KiB streamed from DRAM ran at half speed without this).
-    if (b % 2 == 0) {
-#pragma GCC unroll 16
-      for (std::size_t i = 0; i < 16; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + (16 + i) * row_bytes), _MM_HINT_T1);
-    }
-    __m512i head[4];  // head[0]: each row's first word, its scale in the low half
-    transpose_x16(p, row_bytes, head);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0]));
-    __m512i q[8];  // q[j]: elements 4j..4j+3 of each row, unsigned
-    if constexpr (Q4) {
-      // Byte j holds element j (low nibble) and element j + 16 (high nibble).
-      transpose_x16(p + 2, row_bytes, q);
-#pragma GCC unroll 8
-      for (int j = 0; j < 4; ++j) {
-        q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q[j], 4), low);
-        q[j] = _mm512_and_si512(q[j], low);
-      }
-    } else {
-      transpose_x16(p + 2, row_bytes, q);
-      transpose_x16(p + 18, row_bytes, q + 4);
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) q[j] = _mm512_xor_si512(q[j], sign);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      std::int32_t xw[8];
-      std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
-      __m512i s = _mm512_set1_epi32(-offset * x[r]->q8_0_sums[b]);
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, q[j], _mm512_set1_epi32(xw[j]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
-    }
+    x16_block k;
+    decode_x16<Q4>(w, row_bytes, b, k);
+    accumulate_x16<R, Q4>(k, b, x, acc);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
 }
 
+/// The same against the sixteen rows' blocks transposed beforehand (decode_x16 into `blocks`):
+/// more activation rows than one pass takes then share one transpose.
+template <int R, bool Q4>
+ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4_packed(std::size_t n, const x16_block* blocks,
+                                                          const ActivationRow* const* x, float* out) noexcept {
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < n / 32; ++b) accumulate_x16<R, Q4>(blocks[b], b, x, acc);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
+}
+
+template <bool Q4>
+ACCEL_TARGET_AVX512_VNNI inline void pack_x16_q8_q4(std::size_t n, const std::byte* w, std::size_t row_bytes,
+                                                    x16_block* blocks) noexcept {
+  for (std::size_t b = 0; b < n / 32; ++b) decode_x16<Q4>(w, row_bytes, b, blocks[b]);
+}
+
 }  // namespace detail
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 /// The 16 weight rows of type `t` at w, w + row_bytes, ... (n elements each) times `count`
@@ -145,22 +198,52 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
 #if ACCEL_SIMD_X86
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
     if (has_dot_x16(arch, t)) {
+      const bool q4 = t == GgmlType::q4_0;
+      if (count <= static_cast<std::size_t>(dot_x16_activations)) {
+        detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
+          constexpr int R = decltype(r)::value;
+          if (q4) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
+          else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
+        }, x, count, out, dot_x16_rows);
+        return;
+      }
+      // Several passes: the blocks transposed once, into this thread's buffer (n / 32 x 576 bytes).
+      thread_local std::vector<detail::x16_block> blocks;
+      if (blocks.size() < n / 32) blocks.resize(n / 32);
+      if (q4) detail::pack_x16_q8_q4<true>(n, w, row_bytes, blocks.data());
+      else detail::pack_x16_q8_q4<false>(n, w, row_bytes, blocks.data());
       detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
-        if (t == GgmlType::q4_0) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
-        else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
+        if (q4) detail::dot_x16_q8_q4_packed<R, true>(n, blocks.data(), xs, o);
+        else detail::dot_x16_q8_q4_packed<R, false>(n, blocks.data(), xs, o);
       }, x, count, out, dot_x16_rows);
       return;
     }
   }
   if constexpr (std::is_base_of_v<simd::avx2, Arch>) {
     if (has_dot_x16(arch, t)) {
-      // Two passes of eight rows in the lanes of a 256-bit register (quant/ggml_dot/avx2_rows.hpp).
+      // Two passes of eight rows in the lanes of a 256-bit register (quant/ggml_dot/avx2_rows.hpp),
+      // each half's blocks transposed once when the activation rows take more than one pass.
+      const bool q4 = t == GgmlType::q4_0;
+      constexpr int per_pass = 4;
+      thread_local std::vector<detail::x8_block> blocks;
+      if (count > per_pass && blocks.size() < n / 32) blocks.resize(n / 32);
       for (std::size_t h = 0; h < 2; ++h) {
-        detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
+        const std::byte* half = w + 8 * h * row_bytes;
+        if (count <= per_pass) {
+          detail::in_groups<per_pass>([&](auto r, const ActivationRow* const* xs, float* o) {
+            constexpr int R = decltype(r)::value;
+            if (q4) detail::dot_x8_q8_q4_avx2<R, true>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
+            else detail::dot_x8_q8_q4_avx2<R, false>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
+          }, x, count, out, dot_x16_rows);
+          continue;
+        }
+        if (q4) detail::pack_x8_q8_q4_avx2<true>(n, half, row_bytes, blocks.data());
+        else detail::pack_x8_q8_q4_avx2<false>(n, half, row_bytes, blocks.data());
+        detail::in_groups<per_pass>([&](auto r, const ActivationRow* const* xs, float* o) {
           constexpr int R = decltype(r)::value;
-          if (t == GgmlType::q4_0) detail::dot_x8_q8_q4_avx2<R, true>(n, w + 8 * h * row_bytes, row_bytes, xs, o + 8 * h, dot_x16_rows);
-          else detail::dot_x8_q8_q4_avx2<R, false>(n, w + 8 * h * row_bytes, row_bytes, xs, o + 8 * h, dot_x16_rows);
+          if (q4) detail::dot_x8_q8_q4_avx2_packed<R, true>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+          else detail::dot_x8_q8_q4_avx2_packed<R, false>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
         }, x, count, out, dot_x16_rows);
       }
       return;

@@ -133,11 +133,7 @@ template <auto Kernel>
 inline float one_row(std::size_t n, const std::byte* w, const ActivationRow& x) noexcept {
   float out;
   const ActivationRow* xs = &x;
-  if constexpr (requires { Kernel(n, w, &xs, &out, std::size_t{0}); }) {
-    Kernel(n, w, &xs, &out, 0);  // a weight-row tile of one
-  } else {
-    Kernel(n, w, &xs, &out);
-  }
+  Kernel(n, w, &xs, &out);
   return out;
 }
 }  // namespace detail

@@ -69,64 +69,107 @@ ACCEL_TARGET_AVX2 inline __m256 scales_x8(const std::byte* p, std::size_t stride
   return _mm256_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]));
 }
 
+/// One block (32 elements) of eight Q8_0 / Q4_0 rows, rows in lanes: the eight scales and q[j],
+/// elements 4j..4j+3 of each row (Q4_0: codes 0..15; Q8_0: the signed codes).
+struct x8_block {
+  __m256 dw;
+  __m256i q[8];
+};
+
+/// Block b of the eight rows at w (row i at w + i * row_bytes), transposed.
+template <bool Q4>
+ACCEL_TARGET_AVX2 inline void decode_x8(const std::byte* w, std::size_t row_bytes, std::size_t b, x8_block& k) noexcept {
+  constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
+  const std::byte* p = w + b * block;
+  // The next eight rows, into L2: eight short streams are more than the prefetchers follow.
+  if (b % 2 == 0) {
+#pragma GCC unroll 8
+    for (std::size_t i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + (8 + i) * row_bytes), _MM_HINT_T1);
+  }
+  k.dw = scales_x8(p, row_bytes);
+  if constexpr (Q4) {
+    // Byte j holds element j (low nibble) and element j + 16 (high nibble).
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    transpose_x8(p + 2, row_bytes, k.q);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      k.q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(k.q[j], 4), low);
+      k.q[j] = _mm256_and_si256(k.q[j], low);
+    }
+  } else {
+    transpose_x8(p + 2, row_bytes, k.q);
+    transpose_x8(p + 18, row_bytes, k.q + 4);
+  }
+}
+
+/// Block b of eight rows against R activation rows, into acc[r] (lane i: weight row i).
+template <int R, bool Q4>
+ACCEL_TARGET_AVX2 inline void accumulate_x8(const x8_block& k, std::size_t b, const ActivationRow* const* x,
+                                            __m256 (&acc)[R]) noexcept {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i mag[8];  // Q8_0: |w|, the signs going onto the activation
+  if constexpr (!Q4) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) mag[j] = _mm256_sign_epi8(k.q[j], k.q[j]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    std::int32_t xw[8];
+    std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
+    __m256i s;
+    if constexpr (Q4) {
+      __m256i pairs = _mm256_maddubs_epi16(k.q[0], _mm256_set1_epi32(xw[0]));
+#pragma GCC unroll 8
+      for (int j = 1; j < 8; ++j) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(k.q[j], _mm256_set1_epi32(xw[j])));
+      s = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(-8 * x[r]->q8_0_sums[b]));
+    } else {
+      s = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(xw[j]), k.q[j]);
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(mag[j], xs), ones));
+      }
+    }
+    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(k.dw, _mm256_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
+  }
+}
+
 /// R activation rows against the eight Q8_0 (Q4 false) or Q4_0 weight rows at w, w + row_bytes,
 /// ...: out[r * stride + i] = row i times activation r (stride >= 8).
 template <int R, bool Q4>
 [[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_q8_q4_avx2(std::size_t n, const std::byte* w, std::size_t row_bytes,
                                                            const ActivationRow* const* x, float* out,
                                                            std::size_t stride) noexcept {
-  constexpr std::size_t block = Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0);
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 32; ++b) {
-    const std::byte* p = w + b * block;
-    // The next eight rows, into L2: eight short streams are more than the prefetchers follow.
-    if (b % 2 == 0) {
-#pragma GCC unroll 8
-      for (std::size_t i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + (8 + i) * row_bytes), _MM_HINT_T1);
-    }
-    const __m256 dw = scales_x8(p, row_bytes);
-    __m256i q[8];  // q[j]: elements 4j..4j+3 of each row (Q4_0: codes 0..15; Q8_0: |w|)
-    __m256i sgn[8];  // Q8_0: the signed codes, whose signs go onto the activation
-    if constexpr (Q4) {
-      // Byte j holds element j (low nibble) and element j + 16 (high nibble).
-      transpose_x8(p + 2, row_bytes, q);
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(q[j], 4), low);
-        q[j] = _mm256_and_si256(q[j], low);
-      }
-    } else {
-      transpose_x8(p + 2, row_bytes, sgn);
-      transpose_x8(p + 18, row_bytes, sgn + 4);
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) q[j] = _mm256_sign_epi8(sgn[j], sgn[j]);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      std::int32_t xw[8];
-      std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
-      __m256i s;
-      if constexpr (Q4) {
-        __m256i pairs = _mm256_maddubs_epi16(q[0], _mm256_set1_epi32(xw[0]));
-#pragma GCC unroll 8
-        for (int j = 1; j < 8; ++j) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(q[j], _mm256_set1_epi32(xw[j])));
-        s = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(-8 * x[r]->q8_0_sums[b]));
-      } else {
-        s = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-          const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(xw[j]), sgn[j]);
-          s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xs), ones));
-        }
-      }
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
-    }
+    x8_block k;
+    decode_x8<Q4>(w, row_bytes, b, k);
+    accumulate_x8<R, Q4>(k, b, x, acc);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * stride, acc[r]);
+}
+
+/// The same against the eight rows' blocks transposed beforehand (decode_x8 into `blocks`): more
+/// activation rows than one pass takes then share one transpose.
+template <int R, bool Q4>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_q8_q4_avx2_packed(std::size_t n, const x8_block* blocks,
+                                                                  const ActivationRow* const* x, float* out,
+                                                                  std::size_t stride) noexcept {
+  __m256 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 32; ++b) accumulate_x8<R, Q4>(blocks[b], b, x, acc);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * stride, acc[r]);
+}
+
+template <bool Q4>
+ACCEL_TARGET_AVX2 inline void pack_x8_q8_q4_avx2(std::size_t n, const std::byte* w, std::size_t row_bytes,
+                                                 x8_block* blocks) noexcept {
+  for (std::size_t b = 0; b < n / 32; ++b) decode_x8<Q4>(w, row_bytes, b, blocks[b]);
 }
 
 ACCEL_TARGET_AVX2 inline float hsum8_avx2(__m256 v) noexcept {
