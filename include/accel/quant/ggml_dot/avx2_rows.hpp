@@ -180,16 +180,16 @@ ACCEL_TARGET_AVX2 inline float hsum8_avx2(__m256 v) noexcept {
 }
 
 /// Q4_K for R activation rows. Per super-block: the 256 codes as eight registers (32-byte chunk c:
-/// group 2c in the low nibbles, 2c + 1 in the high ones), the eight scales as 16-bit vectors; per
-/// row, VPMADDUBSW against the activation and VPMADDWD by the group's scale, and the mins against
-/// the activation's 32-element sums.
+/// group 2c in the low nibbles, 2c + 1 in the high ones), the eight scales as 16-bit vectors and
+/// the mins as one (each beside both 16-element sums of its group); per row, VPMADDUBSW against
+/// the activation and VPMADDWD by the group's scale, and one VPMADDWD of the mins against the
+/// activation's sums (a scalar loop over the groups cost as much as the codes' products).
 template <int R>
 [[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_q4_k_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                             float* out) noexcept {
-  __m256 acc[R];
-  float mins[R];
+  __m256 acc[R], accm[R];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0;
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (std::size_t b = 0; b < n / 256; ++b) {
     const std::byte* p = w + b * sizeof(io::block_q4_k);
@@ -205,6 +205,10 @@ template <int R>
     }
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) scale[g] = _mm256_set1_epi16(sc[g]);
+    std::int64_t mn8;
+    std::memcpy(&mn8, mn, 8);
+    const __m128i m = _mm_cvtsi64_si128(mn8);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));  // lane i: min of group i / 2
     const float fd = scale_at(p), fmin = scale_at(p + 2);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -215,15 +219,13 @@ template <int R>
         const __m256i prod = _mm256_maddubs_epi16(u[g], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * g)));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, scale[g]));
       }
-      int summ = 0;
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) summ += mn[g] * (a.bsums[2 * g] + a.bsums[2 * g + 1]);
+      const __m256i summ = _mm256_madd_epi16(load32_avx2(a.bsums), mins);
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fd), _mm256_cvtepi32_ps(sumi), acc[r]);
-      mins[r] += a.d * fmin * static_cast<float>(summ);
+      accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * fmin), _mm256_cvtepi32_ps(summ), accm[r]);
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(acc[r]) - mins[r];
+  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(_mm256_sub_ps(acc[r], accm[r]));
 }
 
 /// Q6_K for R activation rows. Per super-block: the 256 six-bit codes (value + 32) as eight
