@@ -7,8 +7,9 @@
 // f32 runs on oneDNN straight from the operands' strides (a transposed weight is not copied);
 // f16 / bf16 operands are converted to f32 first and the result is converted back. linear with
 // at most 4 rows (decoding) runs as a threaded GEMV that converts weight rows on the fly; with
-// more rows a bf16 linear runs on oneDNN's bf16 matmul where this CPU has one (AVX-512), and
-// otherwise, like f16, converts the weight to f32 a block of rows at a time for oneDNN's f32 GEMM.
+// more rows a bf16 linear runs on oneDNN's bf16 matmul where this CPU has one (AVX-512), an f16
+// one through the GEMV's tiles on AVX-512, and otherwise converts the weight to f32 a block of
+// rows at a time for oneDNN's f32 GEMM.
 // matmul_u8s8 takes oneDNN's integer GEMM only where it is exact (VNNI), else its own kernel.
 #pragma once
 
@@ -320,8 +321,11 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
     la = backend::cpu::MatrixLayout{0, K, 1};
   }
   // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
-  // of a half-precision weight).
-  if (x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) && weight.stride(1) == 1 && K > 0) {
+  // of a half-precision weight); so do its tiles at any row count for half-precision weights on
+  // AVX-512 (GemvKernels::half_tiles).
+  const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
+  if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || (half && backend::cpu::gemv_kernels().half_tiles)) &&
+      weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);
     detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,

@@ -1,8 +1,9 @@
 // The AVX2 GEMV (x86-64-v3: AVX2, FMA, F16C): weight rows widened to f32 eight at a time in
 // registers (f16 by F16C, bf16 by a zero-extend and a shift, which is exact) and multiplied into
 // f32 accumulators by FMAs; x stays f32. One activation row (decoding) reads the weight rows one
-// after another, four chunks in flight; two to four rows meet two weight rows a step, so that
-// their 4 x 2 accumulators, the two weight chunks and one x chunk fit the sixteen registers.
+// after another, four chunks in flight; two or three rows meet two weight rows a step and four
+// rows three, so that the accumulators, the weight chunks and one x chunk fit the sixteen
+// registers.
 #pragma once
 
 #include <cstddef>
@@ -66,49 +67,49 @@ template <class W, int M, int R, int U>
 ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                              std::size_t j, std::int64_t n, const float* bias, float* out) noexcept {
   const std::byte* rows[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = w + (j + static_cast<std::size_t>(r)) * row_bytes;
   __m256 acc[M][R][U];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int u = 0; u < U; ++u) acc[i][r][u] = _mm256_setzero_ps();
     }
   }
   std::int64_t kk = 0;
   for (; kk + 8 * U <= k; kk += 8 * U) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       __m256 wv[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) wv[r] = W::load8(rows[r], kk + 8 * u);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
         const __m256 xv = _mm256_loadu_ps(x + i * k + kk + 8 * u);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[i][r][u] = _mm256_fmadd_ps(xv, wv[r], acc[i][r][u]);
       }
     }
   }
   for (; kk + 8 <= k; kk += 8) {
     __m256 wv[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = W::load8(rows[r], kk);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[i][r][0] = _mm256_fmadd_ps(xv, wv[r], acc[i][r][0]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m256 a = acc[i][r][0];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[i][r][u]);
       float s = hsum8(a);
       for (std::int64_t t = kk; t < k; ++t) s += x[i * k + t] * W::at(rows[r], t);
@@ -128,6 +129,12 @@ struct avx2_blocks {
     if constexpr (M == 1) {
       for (; j < j1; ++j) gemv_tile_avx2<W, 1, 1, 4>(x, k, w, row_bytes, j, n, bias, out);
     } else {
+      // Full tiles of four activation rows meet three weight rows: 12 accumulators, three weight
+      // chunks and one x chunk fill the sixteen registers (64 x 2048 x 5632 f16: 150 GFLOPS
+      // against 139 with two, Zen 4 capped at AVX2, 2 threads).
+      if constexpr (M == 4) {
+        for (; j + 3 <= j1; j += 3) gemv_tile_avx2<W, M, 3, 1>(x, k, w, row_bytes, j, n, bias, out);
+      }
       for (; j + 2 <= j1; j += 2) gemv_tile_avx2<W, M, 2, 1>(x, k, w, row_bytes, j, n, bias, out);
       if (j < j1) gemv_tile_avx2<W, M, 1, 1>(x, k, w, row_bytes, j, n, bias, out);
     }
