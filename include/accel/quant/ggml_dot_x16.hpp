@@ -11,8 +11,9 @@
 // Why: the one-row kernels of quant/ggml_dot.hpp spend most of a block on scalar work (the two
 // scales, their product, the offset correction) and a horizontal sum, again for every activation
 // row; with rows in lanes that work is shared by sixteen rows, no lane crosses another, and a
-// transposed block serves up to eight activation rows. The transpose is the price: for a single
-// activation row (decoding) the one-row kernels already stream the weights near DRAM speed and
+// transposed block serves up to eight activation rows (more rows than a pass takes share one
+// transpose, kept in a thread buffer: x16_block / x8_block). The transpose is the price: for a
+// single activation row (decoding) the one-row kernels already stream the weights near DRAM speed and
 // this one does not beat them, so ggml_linear takes it from two activation rows on
 // (dot_x16_min_activations), where it runs 1.5-2.5x faster (benchmarks/bench_quant_gemv.cpp).
 // llama.cpp gets the same effect by rewriting Q4_0 weights into interleaved rows when it loads
