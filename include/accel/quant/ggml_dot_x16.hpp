@@ -199,24 +199,24 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
 #if ACCEL_SIMD_X86
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
     if (has_dot_x16(arch, t)) {
-      const bool q4 = t == GgmlType::q4_0;
-      if (count <= static_cast<std::size_t>(dot_x16_activations)) {
-        detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
-          constexpr int R = decltype(r)::value;
-          if (q4) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
-          else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
-        }, x, count, out, dot_x16_rows);
-        return;
-      }
-      // Several passes: the blocks transposed once, into this thread's buffer (n / 32 x 576 bytes).
+      // More activation rows than one pass takes: the blocks transposed once, into this thread's
+      // buffer (n / 32 x 576 bytes), for every pass.
+      const bool q4 = t == GgmlType::q4_0, packed = count > static_cast<std::size_t>(dot_x16_activations);
       thread_local std::vector<detail::x16_block> blocks;
-      if (blocks.size() < n / 32) blocks.resize(n / 32);
-      if (q4) detail::pack_x16_q8_q4<true>(n, w, row_bytes, blocks.data());
-      else detail::pack_x16_q8_q4<false>(n, w, row_bytes, blocks.data());
+      if (packed) {
+        if (blocks.size() < n / 32) blocks.resize(n / 32);
+        if (q4) detail::pack_x16_q8_q4<true>(n, w, row_bytes, blocks.data());
+        else detail::pack_x16_q8_q4<false>(n, w, row_bytes, blocks.data());
+      }
       detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
-        if (q4) detail::dot_x16_q8_q4_packed<R, true>(n, blocks.data(), xs, o);
-        else detail::dot_x16_q8_q4_packed<R, false>(n, blocks.data(), xs, o);
+        if (packed) {
+          if (q4) detail::dot_x16_q8_q4_packed<R, true>(n, blocks.data(), xs, o);
+          else detail::dot_x16_q8_q4_packed<R, false>(n, blocks.data(), xs, o);
+        } else {
+          if (q4) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
+          else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
+        }
       }, x, count, out, dot_x16_rows);
       return;
     }
@@ -225,26 +225,25 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
     if (has_dot_x16(arch, t)) {
       // Two passes of eight rows in the lanes of a 256-bit register (quant/ggml_dot/avx2_rows.hpp),
       // each half's blocks transposed once when the activation rows take more than one pass.
-      const bool q4 = t == GgmlType::q4_0;
       constexpr int per_pass = 4;
+      const bool q4 = t == GgmlType::q4_0, packed = count > per_pass;
       thread_local std::vector<detail::x8_block> blocks;
-      if (count > per_pass && blocks.size() < n / 32) blocks.resize(n / 32);
+      if (packed && blocks.size() < n / 32) blocks.resize(n / 32);
       for (std::size_t h = 0; h < 2; ++h) {
         const std::byte* half = w + 8 * h * row_bytes;
-        if (count <= per_pass) {
-          detail::in_groups<per_pass>([&](auto r, const ActivationRow* const* xs, float* o) {
-            constexpr int R = decltype(r)::value;
-            if (q4) detail::dot_x8_q8_q4_avx2<R, true>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
-            else detail::dot_x8_q8_q4_avx2<R, false>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
-          }, x, count, out, dot_x16_rows);
-          continue;
+        if (packed) {
+          if (q4) detail::pack_x8_q8_q4_avx2<true>(n, half, row_bytes, blocks.data());
+          else detail::pack_x8_q8_q4_avx2<false>(n, half, row_bytes, blocks.data());
         }
-        if (q4) detail::pack_x8_q8_q4_avx2<true>(n, half, row_bytes, blocks.data());
-        else detail::pack_x8_q8_q4_avx2<false>(n, half, row_bytes, blocks.data());
         detail::in_groups<per_pass>([&](auto r, const ActivationRow* const* xs, float* o) {
           constexpr int R = decltype(r)::value;
-          if (q4) detail::dot_x8_q8_q4_avx2_packed<R, true>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
-          else detail::dot_x8_q8_q4_avx2_packed<R, false>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+          if (packed) {
+            if (q4) detail::dot_x8_q8_q4_avx2_packed<R, true>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+            else detail::dot_x8_q8_q4_avx2_packed<R, false>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+          } else {
+            if (q4) detail::dot_x8_q8_q4_avx2<R, true>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
+            else detail::dot_x8_q8_q4_avx2<R, false>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
+          }
         }, x, count, out, dot_x16_rows);
       }
       return;
