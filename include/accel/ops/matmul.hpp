@@ -86,11 +86,12 @@ inline Shape slice_shape(const Shape& s, std::size_t begin, std::size_t end) {
 
 /// Rows of `a` (f32, dense [M, K]) against the rows of weight [N, K] (unit column stride, any
 /// float dtype) with bias: the decode-time GEMV, each weight row read once in its own dtype
-/// (backend/cpu/gemv.hpp).
-inline void linear_small_m(const float* a, std::int64_t m, const Tensor& w, const float* bias, float* out) {
+/// (backend/cpu/gemv.hpp). `a_dtype`: what the activations were before they were widened.
+inline void linear_small_m(const float* a, DType a_dtype, std::int64_t m, const Tensor& w, const float* bias, float* out) {
   const std::size_t row_bytes = static_cast<std::size_t>(w.stride(0)) * w.element_size();
   if (w.dtype() == DType::f32 || w.dtype() == DType::f16 || w.dtype() == DType::bf16) {
-    backend::cpu::gemv_rows(a, m, w.size(1), w.data_ptr(), w.dtype(), row_bytes, w.size(0), bias, out);
+    backend::cpu::gemv_rows(a, m, w.size(1), w.data_ptr(), w.dtype(), row_bytes, w.size(0), bias, out,
+                            a_dtype == w.dtype());
     return;
   }
   const Tensor wf = w.to(DType::f32).contiguous();
@@ -328,7 +329,7 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
       weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);
-    detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,
+    detail::linear_small_m(xd.data_ptr<float>(), x.dtype(), xd.size(0), weight,
                            bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
     return detail::cast_result(out, x.dtype());
   }

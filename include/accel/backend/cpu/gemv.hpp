@@ -1,6 +1,6 @@
 // gemv_rows: the decode-time product of a few activation rows with a weight matrix read once.
 //
-//   gemv_rows(x, m, k, w, wdtype, w_row_bytes, n, bias, out)
+//   gemv_rows(x, m, k, w, wdtype, w_row_bytes, n, bias, out, x_exact = false)
 //     out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]),  i < m, j < n
 //   gemv_kernels()            the tier this CPU runs (name, whether bf16 goes by bf16 pairs)
 //   gemv_at(arch, ...)        gemv_rows with one tier's kernels, for tests and benchmarks
@@ -65,15 +65,17 @@ inline const GemvKernels& gemv_kernels() {
 /// gemv_rows with tier `arch`'s kernels (the caller checked that this CPU runs it).
 template <class Arch>
 void gemv_at(Arch arch, const float* x, std::int64_t m, std::int64_t k, const void* w, DType wd, std::size_t row_bytes,
-             std::int64_t n, const float* bias, float* out) {
-  detail::gemv(arch, wd, GemvProblem{x, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out});
+             std::int64_t n, const float* bias, float* out, bool x_exact = false) {
+  detail::gemv(arch, wd, GemvProblem{x, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out, x_exact});
 }
 
 /// out[i, j] = x[i, :] . w[j, :] (+ bias[j]) for i < m, j < n; `x` dense f32 [m, k], `w` rows of k
-/// elements of `wd` (f32, f16 or bf16) `row_bytes` apart, `out` dense [m, n].
+/// elements of `wd` (f32, f16 or bf16) `row_bytes` apart, `out` dense [m, n]. `x_exact`: every x
+/// value is a value of `wd` (activations of the weight's dtype), which lets one-row kernels read x
+/// narrowed (GemvProblem::x_exact); the result is the same.
 inline void gemv_rows(const float* x, std::int64_t m, std::int64_t k, const void* w, DType wd, std::size_t row_bytes,
-                      std::int64_t n, const float* bias, float* out) {
-  gemv_kernels().run(wd, GemvProblem{x, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out});
+                      std::int64_t n, const float* bias, float* out, bool x_exact = false) {
+  gemv_kernels().run(wd, GemvProblem{x, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out, x_exact});
 }
 
 }  // namespace accel::backend::cpu

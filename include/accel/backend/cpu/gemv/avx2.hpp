@@ -23,6 +23,7 @@ namespace accel::backend::cpu::detail {
 /// Weight rows of f32 / f16 / bf16: eight elements widened into a register, and one element for
 /// the tail.
 struct avx2_f32_row {
+  static constexpr std::size_t bytes = 4;
   ACCEL_TARGET_AVX2 static __m256 load8(const std::byte* r, std::int64_t at) noexcept {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + at);
   }
@@ -33,6 +34,7 @@ struct avx2_f32_row {
   }
 };
 struct avx2_f16_row {
+  static constexpr std::size_t bytes = 2;
   ACCEL_TARGET_AVX2 static __m256 load8(const std::byte* r, std::int64_t at) noexcept {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * at)));
   }
@@ -43,6 +45,7 @@ struct avx2_f16_row {
   }
 };
 struct avx2_bf16_row {
+  static constexpr std::size_t bytes = 2;
   ACCEL_TARGET_AVX2 static __m256 load8(const std::byte* r, std::int64_t at) noexcept {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * at)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
@@ -61,10 +64,10 @@ ACCEL_TARGET_AVX2 inline float hsum8(__m256 v) noexcept {
   return _mm_cvtss_f32(s);
 }
 
-/// R weight rows from j against M activation rows (k apart), U chunks of eight in flight per
-/// pair: out[i * n + j + r].
-template <class W, int M, int R, int U>
-ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
+/// R weight rows from j against M activation rows (k elements of X apart: f32, or the weight's
+/// dtype when GemvProblem::x_exact), U chunks of eight in flight per pair: out[i * n + j + r].
+template <class W, int M, int R, int U, class X = avx2_f32_row>
+ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const std::byte* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                              std::size_t j, std::int64_t n, const float* bias, float* out) noexcept {
   const std::byte* rows[R];
 #pragma GCC unroll 8
@@ -87,7 +90,7 @@ ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const float* x, std::int64_t k, con
       for (int r = 0; r < R; ++r) wv[r] = W::load8(rows[r], kk + 8 * u);
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
-        const __m256 xv = _mm256_loadu_ps(x + i * k + kk + 8 * u);
+        const __m256 xv = X::load8(x + X::bytes * static_cast<std::size_t>(i * k), kk + 8 * u);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[i][r][u] = _mm256_fmadd_ps(xv, wv[r], acc[i][r][u]);
       }
@@ -99,7 +102,7 @@ ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const float* x, std::int64_t k, con
     for (int r = 0; r < R; ++r) wv[r] = W::load8(rows[r], kk);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
-      const __m256 xv = _mm256_loadu_ps(x + i * k + kk);
+      const __m256 xv = X::load8(x + X::bytes * static_cast<std::size_t>(i * k), kk);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[i][r][0] = _mm256_fmadd_ps(xv, wv[r], acc[i][r][0]);
     }
@@ -112,7 +115,7 @@ ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const float* x, std::int64_t k, con
 #pragma GCC unroll 8
       for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[i][r][u]);
       float s = hsum8(a);
-      for (std::int64_t t = kk; t < k; ++t) s += x[i * k + t] * W::at(rows[r], t);
+      for (std::int64_t t = kk; t < k; ++t) s += X::at(x + X::bytes * static_cast<std::size_t>(i * k), t) * W::at(rows[r], t);
       const std::size_t col = j + static_cast<std::size_t>(r);
       out[i * n + static_cast<std::int64_t>(col)] = s + (bias ? bias[col] : 0.0f);
     }
@@ -126,23 +129,36 @@ struct avx2_blocks {
   ACCEL_TARGET_AVX2 static void block(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                       std::size_t j0, std::size_t j1, std::int64_t n, const float* bias, float* out) noexcept {
     std::size_t j = j0;
+    const auto* xb = reinterpret_cast<const std::byte*>(x);
     if constexpr (M == 1) {
-      for (; j < j1; ++j) gemv_tile_avx2<W, 1, 1, 4>(x, k, w, row_bytes, j, n, bias, out);
+      for (; j < j1; ++j) gemv_tile_avx2<W, 1, 1, 4>(xb, k, w, row_bytes, j, n, bias, out);
     } else {
       // Full tiles of four activation rows meet three weight rows: 12 accumulators, three weight
       // chunks and one x chunk fill the sixteen registers (64 x 2048 x 5632 f16: 150 GFLOPS
       // against 139 with two, Zen 4 capped at AVX2, 2 threads).
       if constexpr (M == 4) {
-        for (; j + 3 <= j1; j += 3) gemv_tile_avx2<W, M, 3, 1>(x, k, w, row_bytes, j, n, bias, out);
+        for (; j + 3 <= j1; j += 3) gemv_tile_avx2<W, M, 3, 1>(xb, k, w, row_bytes, j, n, bias, out);
       }
-      for (; j + 2 <= j1; j += 2) gemv_tile_avx2<W, M, 2, 1>(x, k, w, row_bytes, j, n, bias, out);
-      if (j < j1) gemv_tile_avx2<W, M, 1, 1>(x, k, w, row_bytes, j, n, bias, out);
+      for (; j + 2 <= j1; j += 2) gemv_tile_avx2<W, M, 2, 1>(xb, k, w, row_bytes, j, n, bias, out);
+      if (j < j1) gemv_tile_avx2<W, M, 1, 1>(xb, k, w, row_bytes, j, n, bias, out);
     }
   }
 };
 
 /// gemv of `p` for weights of `wd` (f32, f16 or bf16).
 inline void gemv(simd::requires_arch<simd::avx2>, DType wd, const GemvProblem& p) {
+  if (p.m == 1 && p.x_exact && wd != DType::f32) {
+    // The same tile and order of sums as with x in f32, so the same bits (problem.hpp).
+    const std::byte* xh = gemv_narrowed_x(p, wd);
+    if (wd == DType::f16) {
+      return gemv_each_row(p, [&](std::size_t j) {
+        gemv_tile_avx2<avx2_f16_row, 1, 1, 4, avx2_f16_row>(xh, p.k, p.w, p.row_bytes, j, p.n, p.bias, p.out);
+      });
+    }
+    return gemv_each_row(p, [&](std::size_t j) {
+      gemv_tile_avx2<avx2_bf16_row, 1, 1, 4, avx2_bf16_row>(xh, p.k, p.w, p.row_bytes, j, p.n, p.bias, p.out);
+    });
+  }
   if (wd == DType::bf16) return gemv_by_rows<avx2_blocks<avx2_bf16_row>>(p);
   if (wd == DType::f16) return gemv_by_rows<avx2_blocks<avx2_f16_row>>(p);
   gemv_by_rows<avx2_blocks<avx2_f32_row>>(p);
