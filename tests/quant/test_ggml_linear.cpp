@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "accel/core/mapped_file.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
 #include "accel/io/ggml_dequantize.hpp"
@@ -30,6 +31,7 @@
 #include "accel/quant/ggml_dot_x16.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
+#include "accel/quant/ggml_repack.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
 #include "accel/quant/layer_swap.hpp"
 
@@ -443,6 +445,90 @@ TEST_CASE("the 16-row kernels and ggml_linear's batched path give vec_dot's resu
       }
     });
   }
+}
+
+TEST_CASE("repacked Q4_0 gives vec_dot's results at every tier, and GgmlLinear repacks only mapped weights",
+          "[quant][ggml][repack]") {
+  // 37 weight rows: two steps of 16 and a padded one; 1-4 activation rows read the layout as it
+  // is, 5-11 expand each step's blocks first (a pass of eight and the rest).
+  const std::size_t n = 512, m = 37;
+  const GgmlType type = GgmlType::q4_0;
+  const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
+  const auto w = random_floats(m * n, 7, 1.0f);
+  Tensor wt = Tensor::empty(gguf_linear_weight_shape(type, n, m), DType::u8, Device::cpu());
+  quantize_rows(type, w.data(), static_cast<std::byte*>(wt.data_ptr()), m * n);
+  const auto* wp = static_cast<const std::byte*>(wt.data_ptr());
+  std::vector<ActivationRow> acts(11);
+  std::vector<const ActivationRow*> xs;
+  std::vector<float> xf;
+  for (std::size_t t = 0; t < acts.size(); ++t) {
+    const auto x = random_floats(n, 60 + static_cast<unsigned>(t), 3.0f);
+    xf.insert(xf.end(), x.begin(), x.end());
+    quantize_activation(type, x.data(), n, acts[t]);
+    xs.push_back(&acts[t]);
+  }
+  const Tensor packed = repack_ggml(type, wt, n, m);
+  REQUIRE(static_cast<std::size_t>(packed.nbytes()) == repacked_bytes(type, n, m));
+  REQUIRE(repacked_bytes(type, n, m) == 48 * row_bytes);
+  const auto near = [](float a, float b) { return std::abs(a - b) <= 2e-4f + 1e-5f * std::abs(b); };
+  int tiers = 0;
+  quant_ladder::for_each([&](auto arch) {
+    using A = decltype(arch);
+    if (!A::supported() || !A::available()) return;
+    if (!has_repacked_kernels(arch, type)) return;
+    ++tiers;
+    for (std::size_t count = 1; count <= acts.size(); ++count) {
+      std::vector<float> got(count * m, -1.0f);
+      repacked_dot(arch, type, n, m, static_cast<const std::byte*>(packed.data_ptr()), xs.data(), count, got.data());
+      std::size_t bad = 0;
+      for (std::size_t t = 0; t < count; ++t) {
+        for (std::size_t r = 0; r < m; ++r) {
+          if (!near(got[t * m + r], vec_dot(simd::scalar{}, type, n, wp + r * row_bytes, acts[t]))) ++bad;
+        }
+      }
+      // for_each is noexcept: a CHECK, not a REQUIRE.
+      CHECK(bad == 0);
+    }
+  });
+#if ACCEL_SIMD_X86
+  if (simd::avx2::available()) CHECK(tiers >= 1);
+#endif
+  CHECK_THROWS_AS(repack_ggml(GgmlType::q8_0, wt, n, m), DTypeError);
+  CHECK_THROWS_AS(repack_ggml(type, wt.narrow(0, 0, 36), n, m), ShapeError);
+
+  // The layer: a weight in writable memory stays as it is; one viewed in a read-only mapped file is
+  // repacked, gives the same outputs, and reads right after its pages were handed back.
+  const Tensor x = Tensor::from_vector(std::vector<float>(xf.begin(), xf.begin() + 3 * n), Shape{3, static_cast<std::int64_t>(n)});
+  GgmlLinear layer(static_cast<std::int64_t>(n), static_cast<std::int64_t>(m), type);
+  layer.parameter_cell("weight")->data = wt;
+  const auto want = layer.forward(x).to_vector<float>();
+  const auto want1 = layer.forward(x.narrow(0, 0, 1)).to_vector<float>();
+  CHECK_FALSE(layer.repack_for_cpu());
+  CHECK_FALSE(layer.repacked_weight().defined());
+  accel_test::TempDir dir;
+  {
+    std::ofstream f(dir.file("w.bin"), std::ios::binary);
+    f.write("pad", 3);  // an unaligned view: only whole pages inside it are handed back
+    f.write(static_cast<const char*>(wt.data_ptr()), static_cast<std::streamsize>(wt.nbytes()));
+  }
+  auto file = MappedFile::open(dir.file("w.bin"));
+  layer.parameter_cell("weight")->data = Tensor::from_storage(file->region(3, wt.nbytes()), DType::u8, wt.shape());
+  const bool repacks = cpu_has_repacked_kernels(type);
+  CHECK(layer.repack_for_cpu() == repacks);
+  CHECK(layer.repacked_weight().defined() == repacks);
+  for (const auto& [in, expected] : {std::pair{x, want}, std::pair{x.narrow(0, 0, 1), want1}}) {
+    const auto got = layer.forward(in).to_vector<float>();
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(near(got[i], expected[i]));
+  }
+  const auto dequantized = layer.dequantized_weight().to_vector<float>();  // the pages read again
+  const auto expected_values = io::dequantize_ggml(type, io::ByteSpan(wp, wt.nbytes()), Shape{37, 512}).to_vector<float>();
+  CHECK(dequantized == expected_values);
+  // A replaced weight drops the copy.
+  layer.parameter_cell("weight")->data = wt;
+  const auto after = layer.forward(x).to_vector<float>();
+  CHECK_FALSE(layer.repacked_weight().defined());
+  CHECK(after == want);
 }
 
 TEST_CASE("the reference quantizers give llama-quantize's bytes", "[quant][ggml]") {

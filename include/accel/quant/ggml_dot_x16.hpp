@@ -16,9 +16,10 @@
 // single activation row (decoding) the one-row kernels already stream the weights near DRAM speed and
 // this one does not beat them, so ggml_linear takes it from two activation rows on
 // (dot_x16_min_activations), where it runs 1.5-2.5x faster (benchmarks/bench_quant_gemv.cpp).
-// llama.cpp gets the same effect by rewriting Q4_0 weights into interleaved rows when it loads
-// them; here the rows stay in GGUF's layout (so mapped files, offload folders and state dicts keep
-// their bytes) and the kernel transposes each block's words across the rows in registers instead.
+// These kernels read GGUF's layout, transposing each block's words across the rows in registers;
+// a Q4_0 weight kept in a mapped file is instead repacked once when it is loaded (llama.cpp does
+// the same), and its product reads the transposed words as they are stored (quant/ggml_repack.hpp:
+// load_x16_q4_0 / dot_x16_q4_0_repacked here, their AVX2 halves in ggml_dot/avx2_rows.hpp).
 //
 // Q4_0 codes are unsigned nibbles (value - 8) and Q8_0 codes are stored here with their sign bit
 // flipped (value + 128), so both are VPDPBUSD's unsigned operand against the signed Q8_0
@@ -181,6 +182,38 @@ template <bool Q4>
 ACCEL_TARGET_AVX512_VNNI inline void pack_x16_q8_q4(std::size_t n, const std::byte* w, std::size_t row_bytes,
                                                     x16_block* blocks) noexcept {
   for (std::size_t b = 0; b < n / 32; ++b) decode_x16<Q4>(w, row_bytes, b, blocks[b]);
+}
+
+/// Block b of sixteen Q4_0 rows repacked (quant/ggml_repack.hpp): two eight-row groups, `lo`
+/// rows 0-7 and `hi` rows 8-15, each register the two halves' stored words side by side.
+ACCEL_TARGET_AVX512_VNNI inline void load_x16_q4_0(const std::byte* lo, const std::byte* hi, x16_block& k) noexcept {
+  k.dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + 16 + 32 * j))),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 16 + 32 * j)), 1);
+    k.q[j] = _mm512_and_si512(v, low);
+    k.q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  }
+}
+
+/// R activation rows against two eight-row groups of repacked Q4_0 (rows 0-7 at `lo`, 8-15 at
+/// `hi`): out[16 * r + i] = row i times activation r.
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_x16_q4_0_repacked(std::size_t n, const std::byte* lo, const std::byte* hi,
+                                                                    const ActivationRow* const* x, float* out) noexcept {
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    x16_block k;
+    load_x16_q4_0(lo + 144 * b, hi + 144 * b, k);
+    accumulate_x16<R, true>(k, b, x, acc);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
 }
 
 }  // namespace detail

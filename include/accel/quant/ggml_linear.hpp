@@ -5,8 +5,10 @@
 //   gguf_linear_weight_shape(type, in, out)                 that packed shape
 //
 // The product quantizes each activation row once to the weight type's partner (quant/ggml_dot.hpp)
-// and runs the integer kernels: for a batch of Q8_0 / Q4_0 rows sixteen weight rows at a time
-// (quant/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI), otherwise a weight row at a time
+// and runs the integer kernels: a Q4_0 weight the layer repacked when it was loaded
+// (BasicGgmlLinear::repack_for_cpu, quant/ggml_repack.hpp) by rows-in-lanes kernels off that
+// layout at any batch; for a batch of Q8_0 / Q4_0 rows in GGUF's layout sixteen weight rows at a
+// time (quant/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI), otherwise a weight row at a time
 // (vec_dot_rows: its blocks decoded once for up to four activation rows); every other block type
 // is dequantized a tile of rows at a time and multiplied in float32 by the GEMV kernels
 // (backend/cpu/gemv.hpp). Output rows are split across the CPU threads, each weight row read once
@@ -35,6 +37,7 @@
 #include "accel/quant/device_linear.hpp"
 #include "accel/quant/ggml_dot.hpp"
 #include "accel/quant/ggml_dot_x16.hpp"
+#include "accel/quant/ggml_repack.hpp"
 
 namespace accel::quant {
 
@@ -44,8 +47,11 @@ inline Shape gguf_linear_weight_shape(GgmlType type, std::int64_t in, std::int64
 }
 
 /// y = x W^T (+ bias) for W of `type` packed as u8 [out, row bytes] (see the header comment).
+/// `repacked`: the weight's repack_ggml copy (quant/ggml_repack.hpp), read instead of `packed` on
+/// the CPU where this CPU's tier has kernels for it; the caller vouches that it holds the same
+/// weight.
 inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, std::int64_t in, std::int64_t out,
-                          const Tensor& bias = {}) {
+                          const Tensor& bias = {}, const Tensor& repacked = {}) {
   const std::string op = "GGUF linear (" + std::string(io::ggml_type_name(type)) + ")";
   const Shape want = gguf_linear_weight_shape(type, in, out);
   if (packed.dtype() != DType::u8 || packed.shape() != want) {
@@ -89,6 +95,10 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
     std::vector<const ActivationRow*> xs(rows);
     for (std::size_t t = 0; t < rows; ++t) xs[t] = &acts[t];
     simd::dispatch<quant_ladder>([&](auto arch) {
+      if (repacked.defined() && repacked.is_cpu() && has_repacked_kernels(arch, type)) {
+        repacked_dot(arch, type, n, m, static_cast<const std::byte*>(repacked.data_ptr()), xs.data(), rows, ys);
+        return;
+      }
       if (rows >= dot_x16_min_activations && has_dot_x16(arch, type)) {
         // Sixteen weight rows a step (quant/ggml_dot_x16.hpp); the last m % 16 rows one at a time.
         constexpr std::size_t g = dot_x16_rows;
@@ -173,7 +183,34 @@ class BasicGgmlLinear : public nn::BasicModule<BasicGgmlLinear<P>, P> {
   const Tensor& weight() const { return (*weight_)->data; }
   Tensor bias() const { return bias_ ? (*bias_)->data : Tensor(); }
 
-  Tensor forward(const Tensor& x) override { return ggml_linear(x, weight(), type_, in_, out_, bias()); }
+  Tensor forward(const Tensor& x) override {
+    if (repacked_.defined() && !weight().is_same(repacked_from_)) {
+      // The weight was replaced (loaded again, moved, offloaded): the copy no longer stands for it.
+      repacked_ = Tensor();
+      repacked_from_ = Tensor();
+    }
+    return ggml_linear(x, weight(), type_, in_, out_, bias(), repacked_);
+  }
+
+  /// Rewrites the weight into this CPU's repacked layout (quant/ggml_repack.hpp), which the CPU
+  /// product then reads instead, when the CPU's tier has kernels for this type and the weight is
+  /// a read-only view of a mapped file on the CPU (a GGUF file read in place), whose pages are
+  /// then handed back: the process holds the copy instead of the file's bytes, not both. Returns
+  /// whether it repacked. Weights in writable memory stay as they are, so that writing into them
+  /// keeps meaning what it says; a weight replaced later drops the copy.
+  bool repack_for_cpu() {
+    const Tensor& w = weight();
+    if (!w.defined() || !w.is_cpu() || w.storage().kind() != MemoryKind::mapped || w.storage().writable() ||
+        !w.is_contiguous() || !cpu_has_repacked_kernels(type_)) {
+      return false;
+    }
+    repacked_ = repack_ggml(type_, w, in_, out_);
+    repacked_from_ = w;
+    release_mapped_pages(w);
+    return true;
+  }
+  /// The repacked copy the CPU product reads (undefined when there is none).
+  const Tensor& repacked_weight() const noexcept { return repacked_; }
 
   /// The float32 weight [out, in] the blocks stand for.
   Tensor dequantized_weight() const {
@@ -187,6 +224,7 @@ class BasicGgmlLinear : public nn::BasicModule<BasicGgmlLinear<P>, P> {
   GgmlType type_;
   nn::ParameterPtr* weight_ = nullptr;
   nn::ParameterPtr* bias_ = nullptr;
+  Tensor repacked_, repacked_from_;  // repack_for_cpu's copy, and the weight it was made from
 };
 
 using GgmlLinear = BasicGgmlLinear<>;

@@ -159,6 +159,14 @@ class GgufQuantizer : public dispatch::QuantizerDefaults {
     model.parameter_cell(name)->data = device.is_meta() ? packed.to_meta() : packed.to(device);
   }
 
+  /// After loading: the GGUF layers whose weights stay in the mapped file on the CPU are repacked
+  /// for this CPU's kernels where it has them (GgmlLinear::repack_for_cpu; Q4_0 on x86).
+  void postprocess_model(nn::Module& model) {
+    for (const auto& [name, m] : model.named_modules()) {
+      if (auto* q = dynamic_cast<GgmlLinear*>(m)) q->repack_for_cpu();
+    }
+  }
+
   /// Layers swapped by the last preprocess_model.
   std::size_t swapped() const noexcept { return swapped_; }
 

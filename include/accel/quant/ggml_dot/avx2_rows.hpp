@@ -2,6 +2,8 @@
 //
 //   dot_x8_q8_q4_avx2<R, Q4>(n, w, row_bytes, x, out, stride)  eight Q8_0 / Q4_0 weight rows in the
 //                                                             lanes of one register, R activation rows
+//   dot_x8_q4_0_repacked_avx2<R>(n, group, x, out, stride)     the same off eight rows of repacked
+//                                                             Q4_0 (quant/ggml_repack.hpp)
 //   dot_q4_k_rows_avx2<R>(n, w, x, out)                       one Q4_K weight row, R activation rows
 //   dot_q6_k_rows_avx2<R>(n, w, x, out)                       one Q6_K weight row, R activation rows
 //
@@ -170,6 +172,38 @@ template <bool Q4>
 ACCEL_TARGET_AVX2 inline void pack_x8_q8_q4_avx2(std::size_t n, const std::byte* w, std::size_t row_bytes,
                                                  x8_block* blocks) noexcept {
   for (std::size_t b = 0; b < n / 32; ++b) decode_x8<Q4>(w, row_bytes, b, blocks[b]);
+}
+
+/// Block b of eight Q4_0 rows as repack_q4_0 stores it (quant/ggml_repack.hpp: the eight
+/// scales, then the codes already transposed): two loads and a nibble split where decode_x8
+/// transposes.
+ACCEL_TARGET_AVX2 inline void load_x8_q4_0(const std::byte* p, x8_block& k) noexcept {
+  k.dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i low = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i v = load32_avx2(p + 16 + 32 * j);
+    k.q[j] = _mm256_and_si256(v, low);
+    k.q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  }
+}
+
+/// R activation rows against an eight-row group of repacked Q4_0 (one stream of n / 32 x 144
+/// bytes): out[r * stride + i] = row i times activation r.
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_q4_0_repacked_avx2(std::size_t n, const std::byte* group,
+                                                                   const ActivationRow* const* x, float* out,
+                                                                   std::size_t stride) noexcept {
+  __m256 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    x8_block k;
+    load_x8_q4_0(group + 144 * b, k);
+    accumulate_x8<R, true>(k, b, x, acc);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * stride, acc[r]);
 }
 
 ACCEL_TARGET_AVX2 inline float hsum8_avx2(__m256 v) noexcept {
