@@ -139,11 +139,10 @@ ACCEL_TARGET_AVX512_VNNI inline void accumulate_x16(const x16_block& k, std::siz
   constexpr int offset = Q4 ? 8 : 128;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    std::int32_t xw[8];
-    std::memcpy(xw, x[r]->q8_0[b].qs, sizeof(xw));
+    const std::int8_t* xq = x[r]->q8_0[b].qs;
     __m512i s = _mm512_set1_epi32(-offset * x[r]->q8_0_sums[b]);
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, k.q[j], _mm512_set1_epi32(xw[j]));
+    for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, k.q[j], _mm512_broadcastd_epi32(_mm_loadu_si32(xq + 4 * j)));
     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(k.dw, _mm512_set1_ps(x[r]->q8_0_scales[b])), acc[r]);
   }
 }
