@@ -2,6 +2,8 @@
 //
 //   auto f = MappedFile::open("model.safetensors");   // shared_ptr, IOError on failure
 //   Storage s = f->region(offset, nbytes);             // zero-copy, keeps the mapping alive
+//   populate_mapped_pages(p, n)                        map a viewed range's pages in one call
+//   release_mapped_pages(p, n)                         hand a read-only range's pages back
 //
 // The mapping lives until the last storage viewing it is gone. Mapped bytes are not counted as
 // allocations; memory_stats(cpu).mapped_bytes reports them.
@@ -9,6 +11,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -89,5 +93,37 @@ class MappedFile : public std::enable_shared_from_this<MappedFile> {
   std::byte* data_;
   std::size_t size_;
 };
+
+/// Maps the pages under [p, p + n) of a file mapping into the page table now, in one call: first
+/// touch would fault them in one by one (a few pages each, for every byte of a forward that
+/// reads weights in place). Best effort: kernels before Linux 5.14 and anonymous memory already
+/// mapped skip it.
+inline void populate_mapped_pages(const void* p, std::size_t n) noexcept {
+#if defined(MADV_POPULATE_READ)
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<std::uintptr_t>(p) & ~(page - 1);
+  const auto stop = reinterpret_cast<std::uintptr_t>(p) + n;
+  if (n > 0) (void)::madvise(reinterpret_cast<void*>(start), stop - start, MADV_POPULATE_READ);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
+/// Hands back the whole pages inside [p, p + n) of a read-only file mapping (MADV_DONTNEED): the
+/// process stops holding them, and a later read maps them from the file again. Pages shared with
+/// bytes outside the range are left alone. Only for read-only file mappings: anonymous or written
+/// pages would lose their contents.
+inline void release_mapped_pages(const void* p, std::size_t n) noexcept {
+#if defined(MADV_DONTNEED)
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  const auto begin = (start + page - 1) & ~(page - 1), end = (start + n) & ~(page - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
 
 }  // namespace accel

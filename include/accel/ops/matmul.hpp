@@ -323,10 +323,13 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   }
   // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
   // of a half-precision weight); so do its tiles at any row count for half-precision weights on
-  // AVX-512 (GemvKernels::half_tiles).
+  // AVX-512, and for f16 activations of f16 weights on AVX2 (GemvKernels::half_tiles,
+  // f16_tiles_exact).
   const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
-  if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || (half && backend::cpu::gemv_kernels().half_tiles)) &&
-      weight.stride(1) == 1 && K > 0) {
+  const auto& tiles = backend::cpu::gemv_kernels();
+  const bool tiles_win = (half && tiles.half_tiles) ||
+                         (tiles.f16_tiles_exact && weight.dtype() == DType::f16 && x.dtype() == DType::f16);
+  if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || tiles_win) && weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);
     detail::linear_small_m(xd.data_ptr<float>(), x.dtype(), xd.size(0), weight,

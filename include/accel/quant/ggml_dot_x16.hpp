@@ -19,7 +19,7 @@
 // These kernels read GGUF's layout, transposing each block's words across the rows in registers;
 // a Q4_0 weight kept in a mapped file is instead repacked once when it is loaded (llama.cpp does
 // the same), and its product reads the transposed words as they are stored (quant/ggml_repack.hpp:
-// load_x16_q4_0 / dot_x16_q4_0_repacked here, their AVX2 halves in ggml_dot/avx2_rows.hpp).
+// load_x16_q4_0 here, load_x8_q4_0 in ggml_dot/avx2_rows.hpp).
 //
 // Q4_0 codes are unsigned nibbles (value - 8) and Q8_0 codes are stored here with their sign bit
 // flipped (value + 128), so both are VPDPBUSD's unsigned operand against the signed Q8_0
@@ -147,36 +147,6 @@ ACCEL_TARGET_AVX512_VNNI inline void accumulate_x16(const x16_block& k, std::siz
   }
 }
 
-/// R activation rows against the 16 weight rows at w (row i at w + i * row_bytes), each block
-/// transposed as it is read.
-template <int R, bool Q4>
-ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4(std::size_t n, const std::byte* w, std::size_t row_bytes,
-                                                   const ActivationRow* const* x, float* out) noexcept {
-  __m512 acc[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (std::size_t b = 0; b < n / 32; ++b) {
-    x16_block k;
-    decode_x16<Q4>(w, row_bytes, b, k);
-    accumulate_x16<R, Q4>(k, b, x, acc);
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
-}
-
-/// The same against the sixteen rows' blocks transposed beforehand (decode_x16 into `blocks`):
-/// more activation rows than one pass takes then share one transpose.
-template <int R, bool Q4>
-ACCEL_TARGET_AVX512_VNNI inline void dot_x16_q8_q4_packed(std::size_t n, const x16_block* blocks,
-                                                          const ActivationRow* const* x, float* out) noexcept {
-  __m512 acc[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (std::size_t b = 0; b < n / 32; ++b) accumulate_x16<R, Q4>(blocks[b], b, x, acc);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
-}
-
 template <bool Q4>
 ACCEL_TARGET_AVX512_VNNI inline void pack_x16_q8_q4(std::size_t n, const std::byte* w, std::size_t row_bytes,
                                                     x16_block* blocks) noexcept {
@@ -198,18 +168,34 @@ ACCEL_TARGET_AVX512_VNNI inline void load_x16_q4_0(const std::byte* lo, const st
   }
 }
 
-/// R activation rows against two eight-row groups of repacked Q4_0 (rows 0-7 at `lo`, 8-15 at
-/// `hi`): out[16 * r + i] = row i times activation r.
-template <int R>
-[[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void dot_x16_q4_0_repacked(std::size_t n, const std::byte* lo, const std::byte* hi,
-                                                                    const ActivationRow* const* x, float* out) noexcept {
+/// Where dot_x16 gets block b of its sixteen rows: transposed from GGUF's layout as it is read
+/// (rows at w, w + row_bytes, ...), or from blocks transposed beforehand (pack_x16_q8_q4, or
+/// load_x16_q4_0 from repacked Q4_0).
+template <bool Q4>
+struct x16_transposed {
+  const std::byte* w;
+  std::size_t row_bytes;
+  ACCEL_TARGET_AVX512_VNNI const x16_block& operator()(std::size_t b, x16_block& k) const noexcept {
+    decode_x16<Q4>(w, row_bytes, b, k);
+    return k;
+  }
+};
+struct x16_expanded {
+  const x16_block* blocks;
+  const x16_block& operator()(std::size_t b, x16_block&) const noexcept { return blocks[b]; }
+};
+
+/// R activation rows against sixteen Q8_0 (Q4 false) or Q4_0 weight rows whose blocks `source`
+/// gives: out[16 * r + i] = row i times activation r.
+template <int R, bool Q4, class Source>
+ACCEL_TARGET_AVX512_VNNI inline void dot_x16(std::size_t n, Source source, const ActivationRow* const* x,
+                                             float* out) noexcept {
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (std::size_t b = 0; b < n / 32; ++b) {
-    x16_block k;
-    load_x16_q4_0(lo + 144 * b, hi + 144 * b, k);
-    accumulate_x16<R, true>(k, b, x, acc);
+    x16_block scratch;
+    accumulate_x16<R, Q4>(source(b, scratch), b, x, acc);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
@@ -243,11 +229,11 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
       detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
         if (packed) {
-          if (q4) detail::dot_x16_q8_q4_packed<R, true>(n, blocks.data(), xs, o);
-          else detail::dot_x16_q8_q4_packed<R, false>(n, blocks.data(), xs, o);
+          if (q4) detail::dot_x16<R, true>(n, detail::x16_expanded{blocks.data()}, xs, o);
+          else detail::dot_x16<R, false>(n, detail::x16_expanded{blocks.data()}, xs, o);
         } else {
-          if (q4) detail::dot_x16_q8_q4<R, true>(n, w, row_bytes, xs, o);
-          else detail::dot_x16_q8_q4<R, false>(n, w, row_bytes, xs, o);
+          if (q4) detail::dot_x16<R, true>(n, detail::x16_transposed<true>{w, row_bytes}, xs, o);
+          else detail::dot_x16<R, false>(n, detail::x16_transposed<false>{w, row_bytes}, xs, o);
         }
       }, x, count, out, dot_x16_rows);
       return;
@@ -269,12 +255,13 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
         }
         detail::in_groups<per_pass>([&](auto r, const ActivationRow* const* xs, float* o) {
           constexpr int R = decltype(r)::value;
+          const detail::x8_expanded expanded{blocks.data()};
           if (packed) {
-            if (q4) detail::dot_x8_q8_q4_avx2_packed<R, true>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
-            else detail::dot_x8_q8_q4_avx2_packed<R, false>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+            if (q4) detail::dot_x8_avx2<R, true>(n, expanded, xs, o + 8 * h, dot_x16_rows);
+            else detail::dot_x8_avx2<R, false>(n, expanded, xs, o + 8 * h, dot_x16_rows);
           } else {
-            if (q4) detail::dot_x8_q8_q4_avx2<R, true>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
-            else detail::dot_x8_q8_q4_avx2<R, false>(n, half, row_bytes, xs, o + 8 * h, dot_x16_rows);
+            if (q4) detail::dot_x8_avx2<R, true>(n, detail::x8_transposed<true>{half, row_bytes}, xs, o + 8 * h, dot_x16_rows);
+            else detail::dot_x8_avx2<R, false>(n, detail::x8_transposed<false>{half, row_bytes}, xs, o + 8 * h, dot_x16_rows);
           }
         }, x, count, out, dot_x16_rows);
       }

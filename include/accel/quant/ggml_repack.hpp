@@ -33,17 +33,13 @@
 #include <vector>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/mapped_file.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/ggml_types.hpp"
 #include "accel/quant/ggml_dot.hpp"
 #include "accel/quant/ggml_dot_x16.hpp"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
 
 namespace accel::quant {
 
@@ -135,7 +131,7 @@ void repacked_dot(const Arch& arch, GgmlType t, std::size_t n, std::size_t m, co
         const std::size_t r0 = s * step, nr = std::min(step, m - r0);
         for (std::size_t h = 0; h < 2; ++h) {
           detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
-            detail::dot_x8_q4_0_repacked_avx2<decltype(r)::value>(n, lo + h * group_bytes, xs, o, step);
+            detail::dot_x8_avx2<decltype(r)::value, true>(n, detail::x8_repacked{lo + h * group_bytes}, xs, o, step);
           }, x, count, tile + 8 * h, step);
         }
         for (std::size_t j = 0; j < count; ++j) std::memcpy(out + j * m + r0, tile + j * step, nr * sizeof(float));
@@ -152,7 +148,7 @@ void repacked_dot(const Arch& arch, GgmlType t, std::size_t n, std::size_t m, co
         if (expanded.size() < blocks) expanded.resize(blocks);
         for (std::size_t b = 0; b < blocks; ++b) detail::load_x16_q4_0(lo + 144 * b, lo + group_bytes + 144 * b, expanded[b]);
         detail::in_groups<dot_x16_activations>([&](auto r, const ActivationRow* const* xs, float* o) {
-          detail::dot_x16_q8_q4_packed<decltype(r)::value, true>(n, expanded.data(), xs, o);
+          detail::dot_x16<decltype(r)::value, true>(n, detail::x16_expanded{expanded.data()}, xs, o);
         }, x, count, tile.data(), step);
       } else {
         thread_local std::vector<detail::x8_block> expanded;
@@ -160,7 +156,7 @@ void repacked_dot(const Arch& arch, GgmlType t, std::size_t n, std::size_t m, co
         for (std::size_t h = 0; h < 2; ++h) {
           for (std::size_t b = 0; b < blocks; ++b) detail::load_x8_q4_0(lo + h * group_bytes + 144 * b, expanded[b]);
           detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
-            detail::dot_x8_q8_q4_avx2_packed<decltype(r)::value, true>(n, expanded.data(), xs, o, step);
+            detail::dot_x8_avx2<decltype(r)::value, true>(n, detail::x8_expanded{expanded.data()}, xs, o, step);
           }, x, count, tile.data() + 8 * h, step);
         }
       }
@@ -172,19 +168,11 @@ void repacked_dot(const Arch& arch, GgmlType t, std::size_t n, std::size_t m, co
 #endif
 }
 
-/// Hands back the pages of `t` when it views a read-only file mapping (the bytes are read from the
-/// file again if anything touches them): the process then holds a repacked copy instead of both.
-/// Only whole pages inside the view go; anything else is left as it is.
+/// Hands back the pages of `t` when it views a read-only file mapping (core/mapped_file.hpp): the
+/// process then holds a repacked copy instead of both.
 inline void release_mapped_pages(const Tensor& t) noexcept {
-#if defined(__linux__) && defined(MADV_DONTNEED)
   if (!t.defined() || !t.is_cpu() || t.storage().kind() != MemoryKind::mapped || t.storage().writable()) return;
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto start = reinterpret_cast<std::uintptr_t>(t.data_ptr());
-  const auto begin = (start + page - 1) & ~(page - 1), end = (start + t.nbytes()) & ~(page - 1);
-  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-#else
-  (void)t;
-#endif
+  accel::release_mapped_pages(t.data_ptr(), t.nbytes());
 }
 
 }  // namespace accel::quant

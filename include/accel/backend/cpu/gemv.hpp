@@ -45,13 +45,19 @@ struct GemvKernels {
   /// GEMM: on AVX-512 the tiles ran 64 / 512 x 2048 x 5632 f16 at 210 / 213 GFLOPS against 168 /
   /// 207 (Zen 4, 2 threads); on AVX2 they lost (150 / 157 against 166 / 185).
   bool half_tiles = false;
+  /// The same for f16 weights when x is f16 too (GemvProblem::x_exact), read narrowed: on AVX2 64
+  /// rows of 2048 x 5632, 5632 x 2048 and 2048 x 2048 f16 ran 193-200 GFLOPS against oneDNN's
+  /// 147-167 (Zen 4, 2 threads). bf16 x, widened by two operations where F16C takes one, lost
+  /// (141-145 against 155-158 with x in f32).
+  bool f16_tiles_exact = false;
 };
 
 namespace detail {
 template <class Arch>
 GemvKernels gemv_kernels_for() {
   return {Arch::name(), [](DType wd, const GemvProblem& p) { gemv(Arch{}, wd, p); },
-          std::is_base_of_v<simd::avx512_bf16, Arch>, std::is_base_of_v<simd::avx512, Arch>};
+          std::is_base_of_v<simd::avx512_bf16, Arch>, std::is_base_of_v<simd::avx512, Arch>,
+          std::is_base_of_v<simd::avx2, Arch>};
 }
 }  // namespace detail
 

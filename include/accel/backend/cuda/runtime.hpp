@@ -44,6 +44,7 @@
 #include "accel/core/device_backend.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/mapped_file.hpp"
 #include "accel/core/memory_stats.hpp"
 #include "accel/core/parallel.hpp"
 
@@ -377,19 +378,8 @@ class StagingPair {
   };
 
   // A memory-mapped checkpoint faults its pages in one by one on first touch; asking the kernel
-  // to map the whole range in one call is several times faster. Best effort: older kernels and
-  // anonymous memory that is already mapped simply skip it.
-  static void prefault(const std::byte* p, std::size_t n) noexcept {
-#if defined(MADV_POPULATE_READ)
-    const auto page = static_cast<std::uintptr_t>(4096);
-    const auto start = reinterpret_cast<std::uintptr_t>(p) & ~(page - 1);
-    const auto stop = reinterpret_cast<std::uintptr_t>(p) + n;
-    (void)::madvise(reinterpret_cast<void*>(start), stop - start, MADV_POPULATE_READ);
-#else
-    (void)p;
-    (void)n;
-#endif
-  }
+  // to map the whole range in one call is several times faster (core/mapped_file.hpp).
+  static void prefault(const std::byte* p, std::size_t n) noexcept { populate_mapped_pages(p, n); }
 
   bool ready() {
     for (auto& b : blocks_) {

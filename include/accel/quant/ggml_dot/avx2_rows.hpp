@@ -1,9 +1,9 @@
 // The AVX2 ggml kernels for several rows at once (a prompt's rows against a weight matrix):
 //
-//   dot_x8_q8_q4_avx2<R, Q4>(n, w, row_bytes, x, out, stride)  eight Q8_0 / Q4_0 weight rows in the
-//                                                             lanes of one register, R activation rows
-//   dot_x8_q4_0_repacked_avx2<R>(n, group, x, out, stride)     the same off eight rows of repacked
-//                                                             Q4_0 (quant/ggml_repack.hpp)
+//   dot_x8_avx2<R, Q4>(n, source, x, out, stride)  eight Q8_0 / Q4_0 weight rows in the lanes of
+//                                                 one register, R activation rows; the blocks from
+//                                                 GGUF's layout (x8_transposed), transposed before
+//                                                 (x8_expanded) or repacked Q4_0 (x8_repacked)
 //   dot_q4_k_rows_avx2<R>(n, w, x, out)                       one Q4_K weight row, R activation rows
 //   dot_q6_k_rows_avx2<R>(n, w, x, out)                       one Q6_K weight row, R activation rows
 //
@@ -142,47 +142,14 @@ ACCEL_TARGET_AVX2 inline void accumulate_x8(const x8_block& k, std::size_t b, co
   }
 }
 
-/// R activation rows against the eight Q8_0 (Q4 false) or Q4_0 weight rows at w, w + row_bytes,
-/// ...: out[r * stride + i] = row i times activation r (stride >= 8).
-template <int R, bool Q4>
-[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_q8_q4_avx2(std::size_t n, const std::byte* w, std::size_t row_bytes,
-                                                           const ActivationRow* const* x, float* out,
-                                                           std::size_t stride) noexcept {
-  __m256 acc[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (std::size_t b = 0; b < n / 32; ++b) {
-    x8_block k;
-    decode_x8<Q4>(w, row_bytes, b, k);
-    accumulate_x8<R, Q4>(k, b, x, acc);
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * stride, acc[r]);
-}
-
-/// The same against the eight rows' blocks transposed beforehand (decode_x8 into `blocks`): more
-/// activation rows than one pass takes then share one transpose.
-template <int R, bool Q4>
-[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_q8_q4_avx2_packed(std::size_t n, const x8_block* blocks,
-                                                                  const ActivationRow* const* x, float* out,
-                                                                  std::size_t stride) noexcept {
-  __m256 acc[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (std::size_t b = 0; b < n / 32; ++b) accumulate_x8<R, Q4>(blocks[b], b, x, acc);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * stride, acc[r]);
-}
-
 template <bool Q4>
 ACCEL_TARGET_AVX2 inline void pack_x8_q8_q4_avx2(std::size_t n, const std::byte* w, std::size_t row_bytes,
                                                  x8_block* blocks) noexcept {
   for (std::size_t b = 0; b < n / 32; ++b) decode_x8<Q4>(w, row_bytes, b, blocks[b]);
 }
 
-/// Block b of eight Q4_0 rows as repack_q4_0 stores it (quant/ggml_repack.hpp: the eight
-/// scales, then the codes already transposed): two loads and a nibble split where decode_x8
-/// transposes.
+/// Block b of eight Q4_0 rows as repack_ggml stores it (quant/ggml_repack.hpp: the eight scales,
+/// then the codes already transposed): two loads and a nibble split where decode_x8 transposes.
 ACCEL_TARGET_AVX2 inline void load_x8_q4_0(const std::byte* p, x8_block& k) noexcept {
   k.dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m256i low = _mm256_set1_epi8(0x0F);
@@ -194,19 +161,41 @@ ACCEL_TARGET_AVX2 inline void load_x8_q4_0(const std::byte* p, x8_block& k) noex
   }
 }
 
-/// R activation rows against an eight-row group of repacked Q4_0 (one stream of n / 32 x 144
-/// bytes): out[r * stride + i] = row i times activation r.
-template <int R>
-[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_q4_0_repacked_avx2(std::size_t n, const std::byte* group,
-                                                                   const ActivationRow* const* x, float* out,
-                                                                   std::size_t stride) noexcept {
+/// Where dot_x8_avx2 gets block b of its eight rows: transposed from GGUF's layout as it is read
+/// (rows at w, w + row_bytes, ...), from blocks transposed beforehand (pack_x8_q8_q4_avx2), or
+/// from an eight-row group of repacked Q4_0 (one stream of n / 32 x 144 bytes).
+template <bool Q4>
+struct x8_transposed {
+  const std::byte* w;
+  std::size_t row_bytes;
+  ACCEL_TARGET_AVX2 const x8_block& operator()(std::size_t b, x8_block& k) const noexcept {
+    decode_x8<Q4>(w, row_bytes, b, k);
+    return k;
+  }
+};
+struct x8_expanded {
+  const x8_block* blocks;
+  const x8_block& operator()(std::size_t b, x8_block&) const noexcept { return blocks[b]; }
+};
+struct x8_repacked {
+  const std::byte* group;
+  ACCEL_TARGET_AVX2 const x8_block& operator()(std::size_t b, x8_block& k) const noexcept {
+    load_x8_q4_0(group + 144 * b, k);
+    return k;
+  }
+};
+
+/// R activation rows against eight Q8_0 (Q4 false) or Q4_0 weight rows whose blocks `source`
+/// gives: out[r * stride + i] = row i times activation r (stride >= 8).
+template <int R, bool Q4, class Source>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_x8_avx2(std::size_t n, Source source, const ActivationRow* const* x,
+                                                     float* out, std::size_t stride) noexcept {
   __m256 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 32; ++b) {
-    x8_block k;
-    load_x8_q4_0(group + 144 * b, k);
-    accumulate_x8<R, true>(k, b, x, acc);
+    x8_block scratch;
+    accumulate_x8<R, Q4>(source(b, scratch), b, x, acc);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * stride, acc[r]);

@@ -122,45 +122,40 @@ ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const std::byte* x, std::int64_t k,
   }
 }
 
-/// Tiles of M activation rows against weight rows [j0, j1) (gemv_by_rows).
-template <class W>
+/// Tiles of M activation rows (values of X) against weight rows [j0, j1) (gemv_by_rows).
+template <class W, class X = avx2_f32_row>
 struct avx2_blocks {
   template <int M>
-  ACCEL_TARGET_AVX2 static void block(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
+  ACCEL_TARGET_AVX2 static void block(const std::byte* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                       std::size_t j0, std::size_t j1, std::int64_t n, const float* bias, float* out) noexcept {
     std::size_t j = j0;
-    const auto* xb = reinterpret_cast<const std::byte*>(x);
     if constexpr (M == 1) {
-      for (; j < j1; ++j) gemv_tile_avx2<W, 1, 1, 4>(xb, k, w, row_bytes, j, n, bias, out);
+      for (; j < j1; ++j) gemv_tile_avx2<W, 1, 1, 4, X>(x, k, w, row_bytes, j, n, bias, out);
     } else {
       // Full tiles of four activation rows meet three weight rows: 12 accumulators, three weight
       // chunks and one x chunk fill the sixteen registers (64 x 2048 x 5632 f16: 150 GFLOPS
       // against 139 with two, Zen 4 capped at AVX2, 2 threads).
       if constexpr (M == 4) {
-        for (; j + 3 <= j1; j += 3) gemv_tile_avx2<W, M, 3, 1>(xb, k, w, row_bytes, j, n, bias, out);
+        for (; j + 3 <= j1; j += 3) gemv_tile_avx2<W, M, 3, 1, X>(x, k, w, row_bytes, j, n, bias, out);
       }
-      for (; j + 2 <= j1; j += 2) gemv_tile_avx2<W, M, 2, 1>(xb, k, w, row_bytes, j, n, bias, out);
-      if (j < j1) gemv_tile_avx2<W, M, 1, 1>(xb, k, w, row_bytes, j, n, bias, out);
+      for (; j + 2 <= j1; j += 2) gemv_tile_avx2<W, M, 2, 1, X>(x, k, w, row_bytes, j, n, bias, out);
+      if (j < j1) gemv_tile_avx2<W, M, 1, 1, X>(x, k, w, row_bytes, j, n, bias, out);
     }
   }
 };
 
-/// gemv of `p` for weights of `wd` (f32, f16 or bf16).
+/// gemv of `p` for weights of `wd` (f32, f16 or bf16). When p.x_exact (problem.hpp) x is read
+/// narrowed: f16 at any row count, bf16 for one row only (widening bf16 takes two operations
+/// where F16C takes one, and a tile of rows is bound by them: GemvKernels::f16_tiles_exact).
 inline void gemv(simd::requires_arch<simd::avx2>, DType wd, const GemvProblem& p) {
-  if (p.m == 1 && p.x_exact && wd != DType::f32) {
-    // The same tile and order of sums as with x in f32, so the same bits (problem.hpp).
-    const std::byte* xh = gemv_narrowed_x(p, wd);
-    if (wd == DType::f16) {
-      return gemv_each_row(p, [&](std::size_t j) {
-        gemv_tile_avx2<avx2_f16_row, 1, 1, 4, avx2_f16_row>(xh, p.k, p.w, p.row_bytes, j, p.n, p.bias, p.out);
-      });
-    }
-    return gemv_each_row(p, [&](std::size_t j) {
-      gemv_tile_avx2<avx2_bf16_row, 1, 1, 4, avx2_bf16_row>(xh, p.k, p.w, p.row_bytes, j, p.n, p.bias, p.out);
-    });
+  if (wd == DType::bf16) {
+    if (p.x_exact && p.m == 1) return gemv_by_rows<avx2_blocks<avx2_bf16_row, avx2_bf16_row>>(p, gemv_narrowed_x(p, wd), 2);
+    return gemv_by_rows<avx2_blocks<avx2_bf16_row>>(p);
   }
-  if (wd == DType::bf16) return gemv_by_rows<avx2_blocks<avx2_bf16_row>>(p);
-  if (wd == DType::f16) return gemv_by_rows<avx2_blocks<avx2_f16_row>>(p);
+  if (wd == DType::f16) {
+    if (p.x_exact) return gemv_by_rows<avx2_blocks<avx2_f16_row, avx2_f16_row>>(p, gemv_narrowed_x(p, wd), 2);
+    return gemv_by_rows<avx2_blocks<avx2_f16_row>>(p);
+  }
   gemv_by_rows<avx2_blocks<avx2_f32_row>>(p);
 }
 

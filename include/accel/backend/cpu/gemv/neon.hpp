@@ -115,8 +115,9 @@ ACCEL_TARGET_NEON inline void gemv_tile_neon(const float* x, std::int64_t k, con
 template <class W>
 struct neon_blocks {
   template <int M>
-  ACCEL_TARGET_NEON static void block(const float* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
+  ACCEL_TARGET_NEON static void block(const std::byte* xb, std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                       std::size_t j0, std::size_t j1, std::int64_t n, const float* bias, float* out) noexcept {
+    const auto* x = reinterpret_cast<const float*>(xb);  // NEON reads x in f32 (x_exact or not)
     std::size_t j = j0;
     if constexpr (M == 1) {
       for (; j < j1; ++j) gemv_tile_neon<W, 1, 1, 4>(x, k, w, row_bytes, j, n, bias, out);

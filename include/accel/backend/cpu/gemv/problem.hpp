@@ -31,10 +31,11 @@ struct GemvProblem {
   const float* bias = nullptr;
   float* out = nullptr;
   /// Every x value is a value of the weight's dtype (the activations are a tensor of that dtype,
-  /// widened): a one-row kernel may then narrow x to it, which loses nothing and halves what each
-  /// weight row's pass reads for x. A row of 5632 f32 (22 KB) shares the L1 with the weight stream
-  /// badly: 2048 x 5632 f16 read 27 GB/s with x in f32 and 41 with x in f16 (Zen 4, 2 threads,
-  /// from DRAM).
+  /// widened): the x86 kernels then read x narrowed to it, which loses nothing, gives the same
+  /// sums in the same order, and halves what x takes of the L1 beside the weight rows. One row of
+  /// 5632 f32 (22 KB) or a tile of four rows of 2048 (32 KB) fill it: 2048 x 5632 f16 streamed
+  /// from DRAM at 27 GB/s with x in f32 and 41 with x in f16, and 64 rows of it ran 158 against 193
+  /// GFLOPS on AVX2 (Zen 4, 2 threads).
   bool x_exact = false;
 };
 
@@ -80,34 +81,29 @@ void gemv_tiles(const GemvProblem& p, std::int64_t x_row_stride, const Tile& til
 
 /// Runs Blocks::block<M>(x, k, w, row_bytes, j0, j1, n, bias, out) over the tiles of `p`, M the
 /// tile's activation rows (1 to gemv_max_rows) as a template argument, so that a kernel keeps its
-/// M x R accumulators in registers.
+/// M x R accumulators in registers. x: the activation rows, `x_bytes` a value (p.x's f32, or the
+/// weight's dtype narrowed by gemv_narrowed_x).
 template <class Blocks>
-void gemv_by_rows(const GemvProblem& p) {
+void gemv_by_rows(const GemvProblem& p, const std::byte* x, std::size_t x_bytes) {
   gemv_tiles(p, p.k, [&](std::int64_t x0, std::int64_t rows, std::size_t j0, std::size_t j1, float* out) {
-    const float* x = p.x + x0;
+    const std::byte* xt = x + static_cast<std::size_t>(x0) * x_bytes;
     switch (rows) {
-      case 1: Blocks::template block<1>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
-      case 2: Blocks::template block<2>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
-      case 3: Blocks::template block<3>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
-      default: Blocks::template block<4>(x, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      case 1: Blocks::template block<1>(xt, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      case 2: Blocks::template block<2>(xt, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      case 3: Blocks::template block<3>(xt, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
+      default: Blocks::template block<4>(xt, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
     }
   });
 }
-
-/// Runs f(j) for every weight row j of `p`, blocks of rows split over the threads (one activation
-/// row: each weight row is read once, start to end).
-template <class F>
-void gemv_each_row(const GemvProblem& p, F&& f) {
-  gemv_blocks(static_cast<std::size_t>(p.n), gemv_grain(p.row_bytes), [&](std::size_t b, std::size_t e) {
-    for (std::size_t j = b; j < e; ++j) f(j);
-  });
+template <class Blocks>
+void gemv_by_rows(const GemvProblem& p) {
+  gemv_by_rows<Blocks>(p, reinterpret_cast<const std::byte*>(p.x), sizeof(float));
 }
 
-/// The first row of p.x narrowed to `wd` (f16 or bf16) in a buffer of this thread's: exact when
-/// p.x_exact.
+/// p.x narrowed to `wd` (f16 or bf16) in a buffer of this thread's: exact when p.x_exact.
 inline const std::byte* gemv_narrowed_x(const GemvProblem& p, DType wd) {
   thread_local std::vector<std::uint16_t> buf;
-  buf.resize(static_cast<std::size_t>(p.k));
+  buf.resize(static_cast<std::size_t>(p.m * p.k));
   if (wd == DType::f16) {
     accel::detail::f32_to_f16(p.x, reinterpret_cast<half*>(buf.data()), buf.size());
   } else {
