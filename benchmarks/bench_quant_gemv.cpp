@@ -5,7 +5,15 @@
 // (test-backend-ops -o MUL_MAT -b CPU perf, when --test-backend-ops gives its path; llama.cpp has
 // no NF4 / int8 rows), with the weight bytes each call streams (packed codes and their scales).
 //
-//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T] [--json]
+//   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T]
+//                    [--rows 1,16] [--cold] [--json]
+//
+// Rows beside the types: q4_0r (Q4_0 repacked as a GGUF layer loaded from a mapped file runs it,
+// quant/ggml_repack.hpp; compared with llama.cpp's q4_0 row), and f16x32 / bf16x32 (the same
+// activations widened to f32 through backend::cpu::gemv_rows without x_exact, which reads them in
+// f32: the f16 / bf16 rows go through ops::linear, which reads x narrowed to the weight's dtype). --rows: the activation rows per call (n). --cold: before each
+// timed call, 256 MiB are read through the caches, so the weights come from DRAM as they do when
+// decoding a model larger than the caches.
 //
 // --tier caps the library's kernels at one CPU tier (scalar, avx2, avx512, avx512_vnni,
 // avx512_bf16; ACCEL_CPU_ARCH); the header and the JSON name the tier that ran ("cpu_tier").
@@ -15,6 +23,7 @@
 // alternating, and each prints its median over the rounds. Threads: accel's CPU threads (OMP_NUM_THREADS) and
 // the same count for test-backend-ops (it takes the machine's hardware concurrency).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accel/backend/cpu/gemv.hpp"
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/ggml_blocks.hpp"
@@ -40,6 +50,7 @@
 #include "accel/quant/bnb_int8.hpp"
 #include "accel/quant/ggml_linear.hpp"
 #include "accel/quant/ggml_quantize.hpp"
+#include "accel/quant/ggml_repack.hpp"
 #include "common/cpu_tier.hpp"
 #include "common/json_stdout.hpp"
 
@@ -55,7 +66,21 @@ struct Args {
   std::string only;  // ",q4_K,nf4," when --types narrows the rows
   int rounds = 1;
   std::string tier;
+  std::vector<int> rows{1, 16};
+  bool cold = false;
 };
+
+/// Reads 256 MiB through the caches (more than any last-level cache here), evicting the weights.
+void evict_caches() {
+  static const std::vector<std::uint64_t> junk(std::size_t{32} << 20, 1);
+  std::atomic<std::uint64_t> sum{0};
+  accel::parallel_for(junk.size(), std::size_t{1} << 16, [&](std::size_t b, std::size_t e) {
+    std::uint64_t s = 0;
+    for (std::size_t i = b; i < e; ++i) s += junk[i];
+    sum += s;
+  });
+  if (sum.load() == 0) std::fputc(' ', stderr);  // never true: keeps the reads
+}
 
 /// Weights of `type` for an m x k layer: reference-quantized random values where the library has
 /// the quantizer, random blocks with small scales otherwise (the kernels' speed does not depend on
@@ -93,10 +118,11 @@ Tensor make_weights(GgmlType type, std::int64_t m, std::int64_t k, std::mt19937&
 }
 
 template <class F>
-double median_us(int reps, F&& f) {
+double median_us(int reps, bool cold, F&& f) {
   f();  // warm: pages faulted, caches and threads up
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
+    if (cold) evict_caches();
     const auto t0 = std::chrono::steady_clock::now();
     f();
     t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
@@ -144,8 +170,19 @@ int main(int argc, char** argv) {
     else if (k == "--types") a.only = "," + value() + ",";
     else if (k == "--rounds") a.rounds = std::max(1, std::stoi(value()));
     else if (k == "--tier") a.tier = value();
-    else {
-      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T] [--json]\n");
+    else if (k == "--cold") a.cold = true;
+    else if (k == "--rows") {
+      a.rows.clear();
+      const std::string v = value();
+      for (std::size_t at = 0; at <= v.size();) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        a.rows.push_back(std::max(1, std::stoi(v.substr(at, comma - at))));
+        at = comma + 1;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T] "
+                   "[--rows 1,16] [--cold] [--json]\n");
       return 2;
     }
   }
@@ -164,11 +201,14 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
       {"q5_K", GgmlType::q5_k}, {"q3_K", GgmlType::q3_k}, {"q2_K", GgmlType::q2_k}, {"q5_0", GgmlType::q5_0},
-      {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1},
-      {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt}};
+      {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1}, {"q4_0r", GgmlType::q4_0},
+      {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt},
+      {"bf16x32", std::nullopt}, {"f16x32", std::nullopt}};
   for (const int k : {4096, 14336}) {
     for (const auto& [name, type] : types) {
       if (!a.only.empty() && a.only.find("," + name + ",") == std::string::npos) continue;
+      const bool repacked = name == "q4_0r";
+      if (repacked && !quant::cpu_has_repacked_kernels(*type)) continue;  // no repacked kernels at this tier
       const int m = 4096;
       std::normal_distribution<float> wd(0.0f, 0.02f);
       auto random_weight = [&] {
@@ -181,11 +221,12 @@ int main(int argc, char** argv) {
       // Every weight stays alive for all rounds.
       auto nf4 = std::make_shared<std::optional<quant::Bnb4bitWeight>>();
       auto int8 = std::make_shared<std::optional<quant::Int8Weight>>();
-      Tensor w;
+      Tensor w, w_repacked;
       std::size_t weight_bytes = 0;
       if (type) {
         w = make_weights(*type, m, k, g);
         weight_bytes = w.nbytes();
+        if (repacked) w_repacked = quant::repack_ggml(*type, w, k, m);
       } else if (name == "nf4") {
         *nf4 = quant::quantize_4bit(random_weight(), {.quant_type = quant::BnbQuantType::nf4});
         weight_bytes = (*nf4)->packed.nbytes() + (*nf4)->state.absmax.nbytes();
@@ -194,17 +235,23 @@ int main(int argc, char** argv) {
         weight_bytes = (*int8)->CB.nbytes() + (*int8)->SCB.nbytes();
       } else {
         w = Tensor::from_vector(std::vector<float>(std::size_t(m) * k, 0.01f), Shape{m, k})
-                .to(name == "bf16" ? DType::bf16 : DType::f16);
+                .to(name.starts_with("bf16") ? DType::bf16 : DType::f16);
         weight_bytes = w.nbytes();
       }
-      for (const int n : {1, 16}) {
+      for (const int n : a.rows) {
         std::vector<float> xs(std::size_t(n) * k);
         std::normal_distribution<float> nd;
         for (auto& v : xs) v = nd(g);
         const Tensor x = Tensor::from_vector(xs, Shape{n, k});
         const Tensor xb = x.to(w.defined() && !type ? w.dtype() : DType::bf16);
         std::function<void()> call;
-        if (type) call = [x, w, t = *type, k, m] { (void)quant::ggml_linear(x, w, t, k, m); };
+        if (name.ends_with("x32")) {
+          call = [xf = xb.to(DType::f32), w, n, k, m] {
+            std::vector<float> out(std::size_t(n) * m);
+            backend::cpu::gemv_rows(xf.data_ptr<float>(), n, k, w.data_ptr(), w.dtype(), std::size_t(k) * w.element_size(), m,
+                                    nullptr, out.data(), /*x_exact=*/false);
+          };
+        } else if (type) call = [x, w, w_repacked, t = *type, k, m] { (void)quant::ggml_linear(x, w, t, k, m, {}, w_repacked); };
         else if (*nf4) call = [x, nf4] { (void)quant::gemv_4bit(x, (*nf4)->packed, (*nf4)->state); };
         else if (*int8) call = [x, int8] { (void)quant::matmul_8bit(x, **int8); };
         else call = [xb, w] { (void)ops::linear(xb, w); };
@@ -221,11 +268,11 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   for (int round = 0; round < a.rounds; ++round) {
-    for (auto& r : rows) r.ours.push_back(median_us(a.reps, r.call));
+    for (auto& r : rows) r.ours.push_back(median_us(a.reps, a.cold, r.call));
     if (a.test_backend_ops.empty()) continue;
     const auto theirs = run_test_backend_ops(a.test_backend_ops);
     for (auto& r : rows) {
-      std::string t = r.type;
+      std::string t = r.type == "q4_0r" ? "q4_0" : r.type;  // the same product, from llama.cpp's layout
       std::transform(t.begin(), t.end(), t.begin(), ::tolower);
       if (const auto it = theirs.find({t, r.m, r.n, r.k}); it != theirs.end()) r.theirs.push_back(it->second);
     }
@@ -241,11 +288,11 @@ int main(int argc, char** argv) {
       j.push_back({{"type", r.type}, {"m", r.m}, {"n", r.n}, {"k", r.k}, {"us", r.us}, {"weights_gb_per_s", r.gbps},
                    {"llamacpp_us", r.theirs_us ? nlohmann::json(r.theirs_us) : nlohmann::json()}});
     }
-    json_mode.print({{"threads", accel::num_threads()}, {"cpu_tier", tier}, {"rows", j}});
+    json_mode.print({{"threads", accel::num_threads()}, {"cpu_tier", tier}, {"cold", a.cold}, {"rows", j}});
     return 0;
   }
-  std::printf("quantized linear, %d threads, CPU tier %s, median of %d calls, median of %d interleaved rounds (weights GB/s = packed bytes / time)\n",
-              accel::num_threads(), tier.c_str(), a.reps, a.rounds);
+  std::printf("quantized linear, %d threads, CPU tier %s, median of %d calls%s, median of %d interleaved rounds (weights GB/s = packed bytes / time)\n",
+              accel::num_threads(), tier.c_str(), a.reps, a.cold ? " from DRAM (caches evicted before each)" : "", a.rounds);
   std::printf("%-6s %5s %3s %6s %12s %10s %16s %8s\n", "type", "m", "n", "k", "accel us", "GB/s", "llama.cpp us", "ratio");
   for (const auto& r : rows) {
     std::printf("%-6s %5d %3d %6d %12.1f %10.2f", r.type.c_str(), r.m, r.n, r.k, r.us, r.gbps);
