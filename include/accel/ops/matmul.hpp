@@ -86,12 +86,13 @@ inline Shape slice_shape(const Shape& s, std::size_t begin, std::size_t end) {
 
 /// Rows of `a` (f32, dense [M, K]) against the rows of weight [N, K] (unit column stride, any
 /// float dtype) with bias: the decode-time GEMV, each weight row read once in its own dtype
-/// (backend/cpu/gemv.hpp). `a_dtype`: what the activations were before they were widened.
-inline void linear_small_m(const float* a, DType a_dtype, std::int64_t m, const Tensor& w, const float* bias, float* out) {
+/// (backend/cpu/gemv.hpp). `a` holds activations of w's dtype, widened (linear checks that x and
+/// the weight share a dtype), so the kernels may read them narrowed (GemvProblem::x_exact).
+inline void linear_small_m(const float* a, std::int64_t m, const Tensor& w, const float* bias, float* out) {
   const std::size_t row_bytes = static_cast<std::size_t>(w.stride(0)) * w.element_size();
   if (w.dtype() == DType::f32 || w.dtype() == DType::f16 || w.dtype() == DType::bf16) {
     backend::cpu::gemv_rows(a, m, w.size(1), w.data_ptr(), w.dtype(), row_bytes, w.size(0), bias, out,
-                            a_dtype == w.dtype());
+                            /*x_exact=*/true);
     return;
   }
   const Tensor wf = w.to(DType::f32).contiguous();
@@ -323,16 +324,15 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   }
   // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
   // of a half-precision weight); so do its tiles at any row count for half-precision weights on
-  // AVX-512, and for f16 activations of f16 weights on AVX2 (GemvKernels::half_tiles,
+  // AVX-512, and for f16 weights (so f16 activations) on AVX2 (GemvKernels::half_tiles,
   // f16_tiles_exact).
   const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
   const auto& tiles = backend::cpu::gemv_kernels();
-  const bool tiles_win = (half && tiles.half_tiles) ||
-                         (tiles.f16_tiles_exact && weight.dtype() == DType::f16 && x.dtype() == DType::f16);
+  const bool tiles_win = (half && tiles.half_tiles) || (tiles.f16_tiles_exact && weight.dtype() == DType::f16);
   if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || tiles_win) && weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);
-    detail::linear_small_m(xd.data_ptr<float>(), x.dtype(), xd.size(0), weight,
+    detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,
                            bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
     return detail::cast_result(out, x.dtype());
   }

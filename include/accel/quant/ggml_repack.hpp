@@ -124,26 +124,18 @@ void repacked_dot(const Arch& arch, GgmlType t, std::size_t n, std::size_t m, co
   constexpr std::size_t step = repacked_step_rows;
   const std::size_t blocks = n / 32, group_bytes = blocks * 144, steps = (m + step - 1) / step;
   parallel_for(steps, 1, [&](std::size_t s0, std::size_t s1) {
-    if (count <= 4) {
-      float tile[4 * step];
-      for (std::size_t s = s0; s < s1; ++s) {
-        const std::byte* lo = packed + 2 * s * group_bytes;
-        const std::size_t r0 = s * step, nr = std::min(step, m - r0);
-        for (std::size_t h = 0; h < 2; ++h) {
-          detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
-            detail::dot_x8_avx2<decltype(r)::value, true>(n, detail::x8_repacked{lo + h * group_bytes}, xs, o, step);
-          }, x, count, tile + 8 * h, step);
-        }
-        for (std::size_t j = 0; j < count; ++j) std::memcpy(out + j * m + r0, tile + j * step, nr * sizeof(float));
-      }
-      return;
-    }
     thread_local std::vector<float> tile;
     tile.resize(step * count);
     for (std::size_t s = s0; s < s1; ++s) {
       const std::byte* lo = packed + 2 * s * group_bytes;
       const std::size_t r0 = s * step, nr = std::min(step, m - r0);
-      if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
+      if (count <= 4) {
+        for (std::size_t h = 0; h < 2; ++h) {
+          detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
+            detail::dot_x8_avx2<decltype(r)::value, true>(n, detail::x8_repacked{lo + h * group_bytes}, xs, o, step);
+          }, x, count, tile.data() + 8 * h, step);
+        }
+      } else if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
         thread_local std::vector<detail::x16_block> expanded;
         if (expanded.size() < blocks) expanded.resize(blocks);
         for (std::size_t b = 0; b < blocks; ++b) detail::load_x16_q4_0(lo + 144 * b, lo + group_bytes + 144 * b, expanded[b]);

@@ -77,8 +77,8 @@ void gemv_at(Arch arch, const float* x, std::int64_t m, std::int64_t k, const vo
 
 /// out[i, j] = x[i, :] . w[j, :] (+ bias[j]) for i < m, j < n; `x` dense f32 [m, k], `w` rows of k
 /// elements of `wd` (f32, f16 or bf16) `row_bytes` apart, `out` dense [m, n]. `x_exact`: every x
-/// value is a value of `wd` (activations of the weight's dtype), which lets one-row kernels read x
-/// narrowed (GemvProblem::x_exact); the result is the same.
+/// value is a value of `wd` (activations of the weight's dtype), which lets the kernels read x
+/// narrowed where that is faster (GemvProblem::x_exact); the result is the same.
 inline void gemv_rows(const float* x, std::int64_t m, std::int64_t k, const void* w, DType wd, std::size_t row_bytes,
                       std::int64_t n, const float* bias, float* out, bool x_exact = false) {
   gemv_kernels().run(wd, GemvProblem{x, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out, x_exact});
