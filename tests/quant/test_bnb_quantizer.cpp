@@ -469,8 +469,10 @@ TEST_CASE("dequantize() restores float layers holding the dequantized weights", 
       CHECK((m.class_name() == "Linear" || m.class_name() == "Conv1D"));
       CHECK(got.contiguous().to_vector<float>() == w.to_vector<float>());
     }
-    // The float product of the same values: equal up to summation order.
-    CHECK(rel_err(logits_of(p), quantized) < 1e-4);
+    // The float product of the same values: equal up to summation order, and on the tiers that
+    // take the 16-bit integer form of the 4-bit product, up to its rounding (1e-4 of each product's
+    // scale, quant/bnb_4bit_gemv/int16_codes.hpp) carried through the layers.
+    CHECK(rel_err(logits_of(p), quantized) < 1e-3);
   }
   BnbQuantizer q8({.load_in_8bit = true});
   auto p = load(model_dir("tiny_llama"), q8);

@@ -203,7 +203,7 @@ inline Tensor matmul_8bit(const Tensor& x, const Int8Weight& w, const Matmul8bit
   Tensor y = Tensor::empty(ys, DType::f32);
   float* yp = y.data_ptr<float>();
   simd::dispatch<bnb_int8_ladder>([&](auto arch) {
-    parallel_for(m, 16, [&](std::size_t r0, std::size_t r1) {
+    detail::for_weight_blocks(m, n, [&](std::size_t r0, std::size_t r1) {
       int8_linear_matmul(arch, qa.codes.data(), rows, cbs, n, m, r0, r1, c.data());
       for (std::size_t t = 0; t < rows; ++t) {
         for (std::size_t r = r0; r < r1; ++r) {
