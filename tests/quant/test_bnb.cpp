@@ -403,7 +403,7 @@ TEST_CASE("gemv_4bit equals dequantize_4bit then a float matmul", "[quant][bnb]"
   };
   for (const Case c : {Case{40, 128, 64, BnbQuantType::nf4, false}, Case{33, 256, 32, BnbQuantType::fp4, true},
                        Case{7, 50, 32, BnbQuantType::nf4, true}, Case{5, 96, 4096, BnbQuantType::fp4, false},
-                       Case{6, 48, 32, BnbQuantType::nf4, false}}) {
+                       Case{6, 48, 32, BnbQuantType::nf4, false}, Case{9, 37, 32, BnbQuantType::nf4, false}}) {
     const auto wv = random_floats(static_cast<std::size_t>(c.out * c.in), 21, 0.05f);
     const auto q = quantize_4bit(Tensor::from_vector(wv, Shape{c.out, c.in}),
                                  {.blocksize = c.bs, .quant_type = c.t, .compress_statistics = c.nested});
