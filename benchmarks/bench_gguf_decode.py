@@ -28,12 +28,13 @@ import subprocess
 import sys
 
 
-def accel_run(accel, gguf, ids, tokens, tier):
+def accel_run(accel, gguf, ids, tokens, tier, extra=()):
+    """`accel run` of a GGUF file or model folder (`extra`: more options) as JSON."""
     env = dict(os.environ, OMP_NUM_THREADS="2")
     if tier:
         env["ACCEL_CPU_ARCH"] = tier
-    out = subprocess.run([accel, "run", gguf, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(tokens), "--json"],
-                         capture_output=True, text=True, env=env, timeout=900)
+    out = subprocess.run([accel, "run", gguf, *extra, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(tokens),
+                          "--json"], capture_output=True, text=True, env=env, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(f"accel run {gguf}: {out.stderr.strip()[-300:]}")
     return json.loads(out.stdout)

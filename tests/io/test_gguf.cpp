@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/io/gguf.hpp"
+#include "accel/io/gguf_write.hpp"
 #include "accel/io/ggml_blocks.hpp"
 #include "accel/io/ggml_dequantize.hpp"
 #include "../file_bytes.hpp"
@@ -310,4 +311,60 @@ TEST_CASE("GGUF extents whose product overflows with zeros counted as 1 are refu
   io::store_le<std::uint64_t>(b, 0);
   b.resize(96, '\0');
   CHECK_THROWS_WITH(parse_gguf(io::as_bytes(b), "overflow.gguf"), Catch::Contains("overflow.gguf") && Catch::Contains("overflows"));
+}
+
+TEST_CASE("GGUF keys and tensor names the spec forbids are refused, with their byte offset", "[io][gguf]") {
+  // One key (a UINT32) and one F32 tensor of one element.
+  const auto file = [](const std::string& key, const std::string& name) {
+    std::string b = "GGUF";
+    io::store_le<std::uint32_t>(b, 3);
+    io::store_le<std::uint64_t>(b, 1);
+    io::store_le<std::uint64_t>(b, 1);
+    io::store_le<std::uint64_t>(b, key.size());
+    b += key;
+    io::store_le<std::uint32_t>(b, 4);
+    io::store_le<std::uint32_t>(b, 7);
+    io::store_le<std::uint64_t>(b, name.size());
+    b += name;
+    io::store_le<std::uint32_t>(b, 1);
+    io::store_le<std::uint64_t>(b, 1);
+    io::store_le<std::uint32_t>(b, 0);
+    io::store_le<std::uint64_t>(b, 0);
+    b.resize((b.size() + 31) / 32 * 32 + 4, '\0');
+    return b;
+  };
+  const auto parse = [&](const std::string& key, const std::string& name) {
+    const std::string b = file(key, name);
+    return parse_gguf(io::as_bytes(b), "spec.gguf");
+  };
+  CHECK(parse("general.quantization_version", "w").metadata.size() == 1);
+  CHECK(parse("llama.rope.scaling.original_context_length", std::string(64, 'n')).tensors[0].name.size() == 64);
+  CHECK(parse("a1_b.c2", "").tensors.size() == 1);
+  for (const auto& [key, why] : std::vector<std::pair<std::string, std::string>>{
+           {"", "is empty"},
+           {"general.na\xc3\xafve", "not ASCII"},
+           {".general", "empty segment"},
+           {"general..name", "empty segment"},
+           {"general.", "empty segment"},
+           {"General.name", "lower_snake_case"},
+           {"general.file-type", "lower_snake_case"},
+           {"general name", "lower_snake_case"},
+           {std::string(65536, 'k'), "longer than 65535"}}) {
+    INFO(key.substr(0, 40));
+    CHECK_THROWS_WITH(parse(key, "w"), Catch::Contains("spec.gguf") && Catch::Contains(why) &&
+                                           Catch::Contains("at byte 24") && Catch::Contains("lower_snake_case ASCII"));
+  }
+  CHECK_THROWS_WITH(parse("general.na\xc3\xafve", "w"), Catch::Contains("'general.na\\xc3\\xafve'"));
+  CHECK(parse("general.name", "na\xc3\xafve").tensors.size() == 1);  // names have no ASCII rule
+  CHECK_THROWS_AS(parse("general.name", std::string(65, 'n')), FormatError);
+  CHECK_THROWS_WITH(parse("general.name", std::string(65, 'n')),
+                    Catch::Contains("tensor 0") && Catch::Contains("65 bytes") && Catch::Contains("at most 64") &&
+                        Catch::Contains("at byte 52"));
+  // The writer refuses what the reader would.
+  GgufWriter w;
+  CHECK_THROWS_AS(w.add("General.name", gguf_string("x")), ValueError);
+  CHECK_THROWS_AS(w.add("", gguf_string("x")), ValueError);
+  CHECK_THROWS_AS(w.add_tensor(std::string(65, 'n'), Tensor::zeros({2})), ValueError);
+  w.add("general.name", gguf_string("x"));
+  w.add_tensor(std::string(64, 'n'), Tensor::zeros({2}));
 }

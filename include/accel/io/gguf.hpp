@@ -18,9 +18,12 @@
 // big-endian file reads as a huge version and is named as such), value types past FLOAT64,
 // repeated keys or tensor names, more than 4 dimensions, extents whose product overflows, unknown
 // or removed ggml types, rows that are not whole blocks, offsets that are not multiples of the
-// alignment, and tensors that reach past the end of the file. Accepted although ggml refuses
-// them: nested arrays (the format allows them; depth at most 8), tensor names of 64 bytes and
-// more, several tensors over the same bytes, n_dims = 0 (one element).
+// alignment, tensors that reach past the end of the file, and what the spec says a file must not
+// hold: keys that are empty, not ASCII, longer than 65535 bytes or not lower_snake_case segments
+// separated by '.', and tensor names longer than 64 bytes (the errors give the byte offset).
+// Accepted although ggml refuses them: nested arrays (the format allows them; depth at most 8),
+// tensor names of exactly 64 bytes, the empty tensor name, several tensors over the same bytes,
+// n_dims = 0 (one element).
 #pragma once
 
 #include <algorithm>
@@ -142,6 +145,8 @@ struct GgufHeader {
 };
 
 inline constexpr std::uint32_t gguf_max_dims = 4;          ///< ggml's GGML_MAX_DIMS
+inline constexpr std::size_t gguf_max_tensor_name = 64;     ///< the spec: a tensor name "must be at most 64 bytes"
+inline constexpr std::size_t gguf_max_key = 65535;          ///< the spec: a key "must be at most 2^16-1 bytes"
 inline constexpr std::uint64_t gguf_default_alignment = 32;  ///< without "general.alignment"
 inline constexpr int gguf_max_array_depth = 8;
 
@@ -275,6 +280,42 @@ inline GgufValue read_gguf_value(GgufCursor& c, GgufValueType t, const std::stri
   return v;
 }
 
+/// Why `key` breaks the spec's rules for keys, or nullptr: "a valid ASCII string", "a hierarchical
+/// key, where each segment is lower_snake_case and separated by a .", "at most 2^16-1 bytes".
+inline const char* gguf_key_problem(std::string_view key) noexcept {
+  if (key.empty()) return "is empty";
+  if (key.size() > gguf_max_key) return "is longer than 65535 bytes";
+  for (const char ch : key) {
+    if (static_cast<unsigned char>(ch) > 0x7F) return "holds a byte that is not ASCII";
+  }
+  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string_view::npos) {
+    return "has an empty segment (keys are segments separated by '.')";
+  }
+  for (const char ch : key) {
+    if (ch != '.' && ch != '_' && !(ch >= 'a' && ch <= 'z') && !(ch >= '0' && ch <= '9')) {
+      return "has a segment that is not lower_snake_case (a-z, 0-9, _)";
+    }
+  }
+  return nullptr;
+}
+
+/// `s` for an error message: bytes outside printable ASCII as \xNN, at most 80 of them shown.
+inline std::string printable(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < 80; ++i) {
+    const auto ch = static_cast<unsigned char>(s[i]);
+    if (ch >= 0x20 && ch < 0x7F && ch != '\\') {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      out += "\\x";
+      out.push_back(hex[ch >> 4]);
+      out.push_back(hex[ch & 0x0F]);
+    }
+  }
+  if (s.size() > 80) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
 }  // namespace detail
 
 /// Parses and validates the header of a whole GGUF file held in `file`; `source` names the file
@@ -301,8 +342,13 @@ inline GgufHeader parse_gguf(ByteSpan file, const std::string& source) {
 
   h.metadata.reserve(static_cast<std::size_t>(n_kv));
   for (std::uint64_t i = 0; i < n_kv; ++i) {
+    const std::uint64_t key_at = c.pos();
     std::string key = c.read_string("key " + std::to_string(i));
-    const std::string what = "key '" + key + "'";
+    const std::string what = "key '" + detail::printable(key) + "'";
+    if (const char* why = detail::gguf_key_problem(key)) {
+      throw FormatError(where + ": key " + std::to_string(i) + " ('" + detail::printable(key) + "', at byte " +
+                        std::to_string(key_at) + ") " + why + "; the GGUF spec requires lower_snake_case ASCII segments separated by '.'");
+    }
     const auto type = detail::read_gguf_value_type(c, what + " value type");
     GgufValue v = detail::read_gguf_value(c, type, what, 0);
     if (!h.key_index.emplace(key, h.metadata.size()).second) c.fail(what + " appears twice");
@@ -324,8 +370,14 @@ inline GgufHeader parse_gguf(ByteSpan file, const std::string& source) {
   h.tensors.reserve(static_cast<std::size_t>(n_tensors));
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
+    const std::uint64_t name_at = c.pos();
     t.name = c.read_string("the name of tensor " + std::to_string(i));
-    const std::string what = "tensor '" + t.name + "'";
+    const std::string what = "tensor '" + detail::printable(t.name) + "'";
+    if (t.name.size() > gguf_max_tensor_name) {
+      throw FormatError(where + ": the name of tensor " + std::to_string(i) + " ('" + detail::printable(t.name) +
+                        "', at byte " + std::to_string(name_at) + ") is " + std::to_string(t.name.size()) +
+                        " bytes; the GGUF spec allows at most 64");
+    }
     const auto n_dims = c.read<std::uint32_t>(what + " n_dims");
     if (n_dims > gguf_max_dims) {
       c.fail(what + " has " + std::to_string(n_dims) + " dimensions; at most " + std::to_string(gguf_max_dims));

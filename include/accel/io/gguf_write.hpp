@@ -10,7 +10,8 @@
 //                                                      model (names, Q/K row order, transposes and
 //                                                      metadata as io/gguf_model.hpp reads them)
 //
-// Keys and tensor names must be unique (ValueError); "general.alignment" is written when the
+// Keys and tensor names must be unique, keys lower_snake_case ASCII segments separated by '.' and
+// names at most 64 bytes, as the spec requires (ValueError); "general.alignment" is written when the
 // alignment is not the default 32. Tensors follow each other in the order added, each padded to
 // the alignment.
 #pragma once
@@ -52,6 +53,10 @@ class GgufWriter {
   }
 
   void add(std::string key, GgufValue value) {
+    if (const char* why = detail::gguf_key_problem(key)) {
+      throw ValueError("GgufWriter: metadata key '" + detail::printable(key) + "' " + why +
+                       "; the GGUF spec requires lower_snake_case ASCII segments separated by '.'");
+    }
     if (!keys_.insert(key).second) throw ValueError("GgufWriter: metadata key '" + key + "' added twice");
     metadata_.emplace_back(std::move(key), std::move(value));
   }
@@ -70,6 +75,10 @@ class GgufWriter {
 
   /// Stored bytes of any type; `ne` in GGUF order. ShapeError when the bytes do not match.
   void add_tensor_bytes(std::string name, GgmlType type, std::vector<std::uint64_t> ne, std::string bytes) {
+    if (name.size() > gguf_max_tensor_name) {
+      throw ValueError("GgufWriter: tensor name '" + detail::printable(name) + "' is " + std::to_string(name.size()) +
+                       " bytes; the GGUF spec allows at most 64");
+    }
     if (ne.size() > gguf_max_dims) throw ShapeError("GgufWriter: tensor '" + name + "' has more than 4 dimensions");
     std::uint64_t numel = 1;
     for (const auto e : ne) numel *= e;
