@@ -350,6 +350,20 @@ TEST_CASE("save_bnb_model writes transformers' layout, and the folder loads back
         CHECK(info.double_quant == (s.config.load_in_4bit && s.config.bnb_4bit_use_double_quant));
       }
       CHECK_FALSE(bnb_dequantize(tensors, "model.norm.weight").has_value());
+      {
+        // The tensor that says how to read a weight, lost: an error naming it, not codes read as
+        // floats.
+        auto lost = tensors;
+        const std::string missing =
+            s.config.load_in_4bit ? layer + ".weight.quant_state.bitsandbytes__" +
+                                        std::string(bnb_quant_type_name(s.config.bnb_4bit_quant_type))
+                                  : layer + ".SCB";
+        REQUIRE(lost.erase(missing) == 1);
+        const std::string named = s.config.load_in_4bit ? layer + ".weight.quant_state.bitsandbytes__" : missing;
+        CHECK_THROWS_WITH(bnb_weights(lost), Catch::Contains(named) && Catch::Contains("missing"));
+        CHECK_THROWS_AS(bnb_dequantize(lost, layer + ".weight"), FormatError);
+        CHECK_THROWS_WITH(bnb_dequantize(lost, layer + ".weight"), Catch::Contains(named));
+      }
       if (model == "tiny_llama") {
         const auto w = bnb_dequantize(tensors, layer + ".weight");
         REQUIRE(w.has_value());

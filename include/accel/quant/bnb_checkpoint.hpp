@@ -60,11 +60,43 @@ inline std::map<std::string, Tensor> bnb_checkpoint_tensors(const std::string& p
   return out;
 }
 
-/// The quantized weights among `tensors`, in name order.
+namespace detail {
+/// FormatError when `name` is a tensor only a bitsandbytes weight has beside it, and the tensor
+/// that says how to read that weight is gone: a 4-bit weight's absmax or code book without its
+/// "<weight>.quant_state.bitsandbytes__nf4|fp4", an int8 weight's weight_format without its
+/// "<module>.SCB". Read as plain tensors, their codes would pass for floats.
+inline void check_bnb_companion(const std::map<std::string, Tensor>& tensors, std::string_view name) {
+  constexpr std::string_view state_tag = ".quant_state.bitsandbytes__";
+  for (const std::string_view suffix : {".nested_absmax", ".nested_quant_map", ".absmax", ".quant_map"}) {
+    if (!name.ends_with(suffix)) continue;
+    const std::string weight(name.substr(0, name.size() - suffix.size()));
+    const std::string state = weight + std::string(state_tag);
+    const auto it = tensors.lower_bound(state);
+    if (it == tensors.end() || !it->first.starts_with(state)) {
+      throw FormatError(state + "nf4|fp4: missing, though " + std::string(name) + " is beside " + weight +
+                        ": a bitsandbytes 4-bit weight without its quant state cannot be read");
+    }
+    return;
+  }
+  constexpr std::string_view format = ".weight_format";
+  if (name.ends_with(format)) {
+    const std::string module(name.substr(0, name.size() - format.size()));
+    if (!tensors.contains(module + ".SCB")) {
+      throw FormatError(module + ".SCB: missing, though " + std::string(name) + " is beside " + module +
+                        ".weight: a bitsandbytes int8 weight without its row scales cannot be read");
+    }
+  }
+}
+}  // namespace detail
+
+/// The quantized weights among `tensors`, in name order. FormatError naming the tensor when a
+/// weight's state is incomplete (detail::check_bnb_companion, quant_state_from_tensors,
+/// int8_weight_from_tensors).
 inline std::vector<BnbWeightInfo> bnb_weights(const std::map<std::string, Tensor>& tensors) {
   constexpr std::string_view state_tag = ".quant_state.bitsandbytes__", scb = ".SCB";
   std::vector<BnbWeightInfo> out;
   for (const auto& [name, t] : tensors) {
+    detail::check_bnb_companion(tensors, name);
     if (const auto at = name.find(state_tag); at != std::string::npos) {
       const std::string weight = name.substr(0, at);
       const BnbQuantState s = quant_state_from_tensors(weight, tensors);
@@ -80,8 +112,13 @@ inline std::vector<BnbWeightInfo> bnb_weights(const std::map<std::string, Tensor
 }
 
 /// Weight `name` dequantized to float32 in its logical shape, when `tensors` holds it quantized by
-/// bitsandbytes; nullopt for any other tensor.
+/// bitsandbytes; nullopt for any other tensor. FormatError naming the missing tensor when `name`
+/// has a bitsandbytes weight's companions (absmax, quant_map, weight_format) without the tensor
+/// that says how to read it.
 inline std::optional<Tensor> bnb_dequantize(const std::map<std::string, Tensor>& tensors, const std::string& name) {
+  for (const char* companion : {".absmax", ".quant_map"}) {
+    if (tensors.contains(name + companion)) detail::check_bnb_companion(tensors, name + companion);
+  }
   const std::string state_prefix = name + ".quant_state.bitsandbytes__";
   if (const auto it = tensors.lower_bound(state_prefix); it != tensors.end() && it->first.starts_with(state_prefix)) {
     const auto packed = tensors.find(name);
@@ -92,6 +129,7 @@ inline std::optional<Tensor> bnb_dequantize(const std::map<std::string, Tensor>&
   if (name.ends_with(weight)) {
     const std::string module = name.substr(0, name.size() - weight.size());
     if (tensors.contains(module + ".SCB")) return int8_vectorwise_dequant(int8_weight_from_tensors(module, tensors));
+    if (tensors.contains(module + ".weight_format")) detail::check_bnb_companion(tensors, module + ".weight_format");
   }
   return std::nullopt;
 }
