@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "accel/nn/spec.hpp"
+#include "accel/plan/balanced_memory.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/runtime_reserve.hpp"
 #include "accel/policy/policies.hpp"
@@ -207,4 +208,17 @@ TEST_CASE("A model of 50,000 tensors under one module is sized and placed in lin
   CHECK(sizes[""] == ByteSize(expected));
   CHECK(dm.size() >= 2);
   CHECK(seconds < bound);
+}
+
+TEST_CASE("Unset max_memory is the machine's probe, as Accelerate's None; an empty one has only disk", "[plan][infer]") {
+  auto m = spec("toy_model_for_test");  // 236 bytes: any machine's CPU holds it
+  const MaxMemory probed = plan::get_max_memory();
+  CHECK(dump(infer_auto_device_map(*m)) == dump(infer_auto_device_map(*m, probed)));
+  plan::InferOptions no_clean;
+  no_clean.clean_result = false;
+  CHECK(dump(infer_auto_device_map(*m, std::nullopt, no_clean)) == dump(infer_auto_device_map(*m, probed, no_clean)));
+  CHECK(plan::get_balanced_memory(*m).size() == probed.size());
+  if (!cuda_is_available()) CHECK(dump(infer_auto_device_map(*m)) == R"({"":"cpu"})");
+  CHECK(dump(infer_auto_device_map(*m, MaxMemory{})) == R"({"":"disk"})");
+  CHECK(dump(infer_auto_device_map<policies<>>(*m)) == dump(infer_auto_device_map(*m, probed)));
 }

@@ -1,6 +1,7 @@
 // get_balanced_memory: budgets that spread a model evenly over the GPUs (device_map="balanced").
 //
 //   MaxMemory mm = get_balanced_memory(model, get_max_memory(budgets), {"LlamaDecoderLayer"}, {}, low_zero);
+//   MaxMemory probed = get_balanced_memory(model, std::nullopt, {"LlamaDecoderLayer"});   // max_memory=None
 //
 // per_gpu = total // n_gpus (n_gpus - 1 with low_zero) + int(1.25 * max(B, mean)), B the size of
 // the first module of each no-split class (largest of those), mean the mean size of the final
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,14 @@ inline MaxMemory get_balanced_memory(const nn::Module& model, const MaxMemory& m
     z = std::min(min_zero, z);
   }
   return mm;
+}
+
+/// get_balanced_memory with max_memory=None: over get_max_memory()'s probe of the machine, as in
+/// Accelerate.
+inline MaxMemory get_balanced_memory(const nn::Module& model, std::nullopt_t = std::nullopt,
+                                     const std::vector<std::string>& no_split_module_classes = {},
+                                     const SizeOptions& sizes = {}, bool low_zero = false) {
+  return get_balanced_memory(model, get_max_memory(), no_split_module_classes, sizes, low_zero);
 }
 
 }  // namespace accel::plan

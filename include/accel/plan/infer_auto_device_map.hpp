@@ -1,6 +1,7 @@
 // infer_auto_device_map: Accelerate 0.34.2's greedy placement (plus 1.2.x's fallback_allocation).
 //
 //   DeviceMap dm = infer_auto_device_map(model, get_max_memory(mm), {.no_split_module_classes = {"LlamaDecoderLayer"}});
+//   DeviceMap probed = infer_auto_device_map(model);   // max_memory=None: get_max_memory()'s probe
 //
 // Entries (root's direct parameters, children, direct buffers) are placed in order on the devices
 // of max_memory (then "disk"); one that does not fit is split into its direct parameters and
@@ -445,7 +446,8 @@ class Placer {
 
 }  // namespace detail
 
-/// Accelerate's infer_auto_device_map on an explicit `max_memory` (see the header comment).
+/// Accelerate's infer_auto_device_map on an explicit `max_memory` (see the header comment; an
+/// empty one, like Accelerate's {}, leaves only "disk").
 inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory& max_memory,
                                        const InferOptions& opts = {}) {
   const ModelIndex idx(model, opts.sizes);
@@ -466,6 +468,12 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory&
   DeviceMap dm;
   for (const auto& [id, p] : placed) dm.set(idx.name(id), p);
   return dm;
+}
+
+/// Accelerate's infer_auto_device_map with max_memory=None: under get_max_memory()'s probe of the
+/// machine (each GPU's free memory, the CPU memory available), as Accelerate plans.
+inline DeviceMap infer_auto_device_map(const nn::Module& model, std::nullopt_t = std::nullopt, const InferOptions& opts = {}) {
+  return infer_auto_device_map(model, get_max_memory(), opts);
 }
 
 /// The reserve an offload policy adds: prefetch<N> keeps N more of the largest layers free on the
@@ -496,6 +504,11 @@ BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, const MaxMemory
   }
   for (const auto& [key, extra] : offload_policy_reserve<P>(model, max_memory, opts)) opts.reserve.add(key, extra);
   return BasicDeviceMap<P>(infer_auto_device_map(model, max_memory, static_cast<const InferOptions&>(opts)));
+}
+/// The same under get_max_memory()'s probe (Accelerate's max_memory=None).
+template <PolicyBundle P>
+BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, std::nullopt_t = std::nullopt, InferOptions opts = {}) {
+  return infer_auto_device_map<P>(model, get_max_memory(), std::move(opts));
 }
 
 }  // namespace accel::plan
