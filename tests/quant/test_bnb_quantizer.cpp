@@ -391,6 +391,38 @@ TEST_CASE("save_bnb_model writes transformers' layout, and the folder loads back
   }
 }
 
+TEST_CASE("bnb_4bit_quant_storage: packed bytes saved as its elements, read back as the same bytes", "[bnb]") {
+  accel_test::TempDir dir;
+  BitsAndBytesConfig plain{.load_in_4bit = true, .bnb_4bit_quant_type = BnbQuantType::nf4};
+  auto p = load(model_dir("tiny_llama"), BnbQuantizer(plain));
+  const auto want = logits_of(p);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";  // [48, 48]: 1152 packed bytes
+  for (const DType storage : {DType::bf16, DType::f32, DType::i8, DType::f64}) {
+    INFO(dtype_name(storage));
+    BitsAndBytesConfig c = plain;
+    c.bnb_4bit_quant_storage = storage;
+    auto r = load(model_dir("tiny_llama"), BnbQuantizer(c));
+    CHECK(bnb_config_of(r.model->module()).bnb_4bit_quant_storage == storage);
+    const fs::path out = dir.path / dtype_name(storage);
+    save_bnb_model(r.model->module(), r.config, out);  // the config the model's layers carry
+    const auto saved = io::SafetensorsFile::open((out / "model.safetensors").string());
+    CHECK(saved.info(q).dtype == storage);
+    CHECK(saved.info(q).shape == Shape{1152 / static_cast<std::int64_t>(itemsize(storage)), 1});
+    // Float tensors keep their dtype.
+    CHECK(saved.info("model.norm.weight").dtype == r.model->module().get_parameter("model.norm.weight").dtype());
+    const auto cfg = read_json(out / "config.json");
+    CHECK(cfg.at("quantization_config").at("bnb_4bit_quant_storage") == dtype_name(storage));
+    auto back = load(out, BnbQuantizer::from_model_config(cfg));
+    CHECK(logits_of(back) == want);
+  }
+  // A 3 x 3 layer packs 9 codes into 5 bytes: no whole number of bfloat16 values, refused by name.
+  Linear4bit odd(3, 3, false);
+  odd.quantize(Tensor::ones({3, 3}));
+  CHECK(quant::detail::packed_as_storage("w", odd.weight(), DType::i8).numel() == 5);
+  CHECK_THROWS_WITH(quant::detail::packed_as_storage("m.weight", odd.weight(), DType::bf16),
+                    Catch::Contains("m.weight") && Catch::Contains("5 packed bytes") && Catch::Contains("bfloat16"));
+}
+
 TEST_CASE("malformed bitsandbytes folders are FormatErrors naming the file and the tensor", "[bnb]") {
   accel_test::TempDir dir;
   const fs::path good = dir.path / "good";

@@ -63,6 +63,10 @@ struct Linear4bitOptions {
   /// The layer replaces GPT-2's Conv1D: a float checkpoint weight arrives [in, out] and is
   /// transposed before quantizing, as transformers' bnb integration does.
   bool transposed_source = false;
+  /// The dtype whose elements hold the packed bytes in a saved checkpoint (bnb_4bit_quant_storage:
+  /// [(n + 1) / 2 / itemsize, 1] of it, as bnb's quantize_4bit returns them); in memory they stay
+  /// u8, which every kernel reads.
+  DType quant_storage = DType::u8;
 };
 
 namespace detail {

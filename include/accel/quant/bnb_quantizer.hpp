@@ -25,7 +25,7 @@
 //   does for GgufQuantizer. preprocess_model reads the state tensors of every file (they are small)
 //   and swaps exactly the layers that have them; when each packed weight arrives its state is built
 //   by quant_state_from_tensors / int8_weight_from_tensors (packed bytes stored in another dtype,
-//   bnb_4bit_quant_storage, are read as the same bytes). Every disagreement (a count, a shape, a
+//   bnb_4bit_quant_storage, are read as the same bytes; save_bnb_model writes them so). Every disagreement (a count, a shape, a
 //   missing tensor, a float weight where the state says packed) is a FormatError naming the file
 //   and the tensor.
 // update_torch_dtype picks float16 when no dtype is given, as transformers and Diffusers do; pass
@@ -54,6 +54,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -479,7 +480,8 @@ class BnbQuantizer : public CpuQuantizerDefaults {
                                                               .compress_statistics = config_.bnb_4bit_use_double_quant,
                                                               .blocksize = 64,
                                                               .weight_dtype = dtype,
-                                                              .transposed_source = conv1d});
+                                                              .transposed_source = conv1d,
+                                                              .quant_storage = config_.bnb_4bit_quant_storage});
       if (!w.is_meta()) l->quantize(w, w.device());
       q = l;
     } else {
@@ -525,6 +527,7 @@ inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
       c.bnb_4bit_compute_dtype = q->options().compute_dtype;
       c.bnb_4bit_quant_type = q->quant_state() ? q->quant_state()->quant_type : q->options().quant_type;
       c.bnb_4bit_use_double_quant = q->quant_state() ? q->quant_state()->nested() : q->options().compress_statistics;
+      c.bnb_4bit_quant_storage = q->options().quant_storage;
     } else if (const auto* q8 = dynamic_cast<const Linear8bitLt*>(m); q8 && !c.is_quantizable()) {
       c.load_in_8bit = true;
       c.llm_int8_threshold = q8->options().threshold;
@@ -539,11 +542,31 @@ inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
 
 /// Writes a bitsandbytes-quantized model as transformers saves one: `out_dir/model.safetensors`
 /// holds every state-dict tensor (a tied weight once) with each Linear4bit's state tensors beside
-/// its packed weight (quant_state_to_tensors) and each Linear8bitLt's weight, SCB and
+/// its packed weight (quant_state_to_tensors; the packed bytes as elements of
+/// bnb_4bit_quant_storage, uint8 by default) and each Linear8bitLt's weight, SCB and
 /// weight_format; `out_dir/config.json` is `config` (the model's config.json) with
 /// "quantization_config" set to `quantization_config`, else bnb_config_of(model). Both files are
 /// written atomically. ValueError for a weight on meta (offloaded or never loaded) or a model
 /// without bitsandbytes layers. A saved folder loads back with BnbQuantizer::from_model_config.
+namespace detail {
+/// Packed 4-bit bytes (u8 [n, 1]) as bnb_4bit_quant_storage `storage` holds them: [n / itemsize, 1]
+/// of it. ValueError naming the weight when n is not a whole number of its elements (bnb would
+/// drop the remainder).
+inline Tensor packed_as_storage(const std::string& name, const Tensor& packed, DType storage) {
+  if (storage == DType::u8) return packed;
+  const Tensor bytes = packed.to(Device::cpu()).contiguous();
+  const std::size_t size = itemsize(storage);
+  if (bytes.nbytes() % size != 0) {
+    throw ValueError("save_bnb_model: '" + name + "' holds " + std::to_string(bytes.nbytes()) +
+                     " packed bytes, not a whole number of " + std::string(dtype_name(storage)) +
+                     " values (bnb_4bit_quant_storage)");
+  }
+  Tensor stored = Tensor::empty(Shape{static_cast<std::int64_t>(bytes.nbytes() / size), 1}, storage);
+  if (bytes.nbytes()) std::memcpy(stored.data_ptr(), bytes.data_ptr(), bytes.nbytes());
+  return stored;
+}
+}  // namespace detail
+
 inline void save_bnb_model(const nn::Module& model, const nlohmann::json& config, const std::filesystem::path& out_dir,
                            const std::optional<BitsAndBytesConfig>& quantization_config = std::nullopt) {
   const BitsAndBytesConfig qc = quantization_config ? *quantization_config : bnb_config_of(model);
@@ -553,10 +576,13 @@ inline void save_bnb_model(const nn::Module& model, const nlohmann::json& config
   }
   save_quantized_folder("save_bnb_model", model, config, out_dir, qc.to_json(),
                         [&](const std::string& name, const Tensor& value, io::NamedTensors& out) {
-                          out.emplace_back(name, value);
                           const auto it = four.find(name);
-                          if (it == four.end()) return;
+                          if (it == four.end()) {
+                            out.emplace_back(name, value);
+                            return;
+                          }
                           if (!it->second->quant_state()) throw ValueError("save_bnb_model: '" + name + "' has not been quantized");
+                          out.emplace_back(name, detail::packed_as_storage(name, value, qc.bnb_4bit_quant_storage));
                           for (auto& st : quant_state_to_tensors(*it->second->quant_state(), name)) out.push_back(std::move(st));
                         });
 }
