@@ -203,3 +203,22 @@ TEST_CASE("set_module_tensor_to_device with tied_params_map copies a tied weight
   CHECK(memory_stats(Device::cpu()).num_allocs == before3.num_allocs);
   CHECK(root->get_parameter("head.weight").to_vector<float>() == v);
 }
+
+TEST_CASE("set_module_tensor_to_device with fp16_statistics sets the int8 layer's SCB", "[nn][set_tensor]") {
+  auto root = std::make_shared<Module>("M");
+  auto lin = root->register_module("q", leaf("Linear8bitLt", {2, 3}));
+  lin->register_buffer("SCB", Tensor::empty({2}, DType::f32, Device::meta()));
+  auto other = root->register_module("norm", leaf("RMSNorm", {3}));
+  const Tensor codes = Tensor::from_vector(std::vector<std::int8_t>{1, -2, 3, 4, 5, -128}, Shape{2, 3});
+  const Tensor stats = Tensor::from_vector(std::vector<float>{0.5f, 2.0f}).to(DType::f16);
+  lin->parameter_cell("weight")->data = Tensor::zeros({2, 3}, DType::i8);
+  nn::set_module_tensor_to_device(*root, "q.weight", Device::cpu(), codes, std::nullopt, stats);
+  CHECK(root->get_parameter("q.weight").dtype() == DType::i8);
+  CHECK(root->get_buffer("q.SCB").dtype() == DType::f32);
+  CHECK(root->get_buffer("q.SCB").to_vector<float>() == std::vector<float>{0.5f, 2.0f});
+  // Without the statistics, the same call as before; a module without SCB is refused by name.
+  nn::set_module_tensor_to_device(*root, "q.weight", Device::cpu(), codes, std::nullopt, std::nullopt);
+  CHECK_THROWS_WITH(nn::set_module_tensor_to_device(*root, "norm.weight", Device::cpu(), Tensor::ones({3}), std::nullopt, stats),
+                    Catch::Contains("norm.SCB") && Catch::Contains("fp16_statistics"));
+  (void)other;
+}

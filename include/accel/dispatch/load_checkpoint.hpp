@@ -28,6 +28,10 @@
 // - keep_in_fp32_modules applies whatever `dtype` is asked for (Accelerate: float16 only) and
 //   matches whole dotted components ("wo" keeps "layers.0.wo.weight", not "two.weight").
 // - Missing keys are reported with a device map too; a name tied to a loaded name is not missing.
+// - No `offload_8bit_bnb`: a quantized layer placed on "disk" always goes to the offload folder
+//   with what its quantizer filled, a bitsandbytes int8 weight with its SCB beside it (what
+//   Accelerate does with offload_8bit_bnb=True; with False it writes the codes without the scales
+//   they need).
 // - `disable_mmap` (Accelerate has none; diffusers reads the whole file into memory instead): the
 //   files are still mapped to be read, and what changes is where CPU weights live. Decoding reads
 //   every weight per token, and each 4 KiB page of a mapping costs a TLB entry. Where the kernel

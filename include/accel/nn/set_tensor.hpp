@@ -7,7 +7,11 @@
 // - the value is cast to the existing tensor's dtype unless `dtype` is given; an explicit `dtype`
 //   never casts integer or bool values;
 // - the cell is updated in place, so names tied to it see the new tensor; `tied_params_map`
-//   (cell -> already materialised tensor per device) lets tied names reuse one copy.
+//   (cell -> already materialised tensor per device) lets tied names reuse one copy;
+// - `fp16_statistics` (the overload with Accelerate's argument order) are bitsandbytes' int8 row
+//   scales: they go to the "SCB" buffer of the module owning `name` on the same device, in
+//   float32. Difference from Accelerate: it hangs them on the weight object (`param.SCB`); here SCB
+//   is the int8 layer's own buffer, so a module without one is a ValueError naming it.
 #pragma once
 
 #include <map>
@@ -55,6 +59,25 @@ inline void set_module_tensor_to_device(Module& module, const std::string& name,
   }
   cell->data = v.to(device, target);
   if (tied_params_map) (*tied_params_map)[{cell.get(), device}] = cell->data;
+}
+
+/// The same with Accelerate's `fp16_statistics` (its argument order): the int8 row scales of a
+/// bitsandbytes weight, set as the owning module's "SCB" buffer on `device` (see the header).
+inline void set_module_tensor_to_device(Module& module, const std::string& name, Device device,
+                                        const std::optional<Tensor>& value, std::optional<DType> dtype,
+                                        const std::optional<Tensor>& fp16_statistics,
+                                        TiedParamsMap* tied_params_map = nullptr) {
+  std::string scb;
+  if (fp16_statistics) {
+    const auto dot = name.rfind('.');
+    scb = (dot == std::string::npos ? std::string() : name.substr(0, dot + 1)) + "SCB";
+    if (!module.find_buffer(scb)) {
+      throw ValueError("set_module_tensor_to_device: fp16_statistics given for \"" + name + "\", but \"" + scb +
+                       "\" is no buffer of the model (bitsandbytes int8 layers hold their row scales there)");
+    }
+  }
+  set_module_tensor_to_device(module, name, device, value, dtype, tied_params_map);
+  if (fp16_statistics) module.tensor_cell(scb)->data = fp16_statistics->to(device, DType::f32);
 }
 
 }  // namespace accel::nn
