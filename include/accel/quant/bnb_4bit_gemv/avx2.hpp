@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "accel/backend/cpu/gemv/avx2.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/quant/activation_rows.hpp"
 #include "accel/quant/bnb_4bit_gemv/int16_codes.hpp"
@@ -80,10 +81,7 @@ template <int NT>
     }
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      s = _mm_add_ss(s, _mm_movehdup_ps(s));
-      y[t * out + r] = _mm_cvtss_f32(s);
+      y[t * out + r] = backend::cpu::detail::hsum8(acc[t]);
     }
   }
 }
@@ -136,10 +134,7 @@ template <int NT>
     }
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      s = _mm_add_ss(s, _mm_movehdup_ps(s));
-      y[static_cast<std::size_t>(t) * out + r] = _mm_cvtss_f32(s);
+      y[static_cast<std::size_t>(t) * out + r] = backend::cpu::detail::hsum8(acc[t]);
     }
   }
 }
