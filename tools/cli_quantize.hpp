@@ -97,18 +97,6 @@ inline std::size_t count_quantized_layers(const nn::Module& model) {
   return n;
 }
 
-/// True when `config` (a config.json object) says its checkpoint was saved quantized by bitsandbytes.
-inline bool is_bnb_quantized(const nlohmann::json& config) {
-  const auto it = config.find("quantization_config");
-  return it != config.end() && quant::detail::has_quant_method(*it, "bitsandbytes");
-}
-
-/// True when `config` says its checkpoint was saved quantized by Quanto.
-inline bool is_quanto_quantized(const nlohmann::json& config) {
-  const auto it = config.find("quantization_config");
-  return it != config.end() && quant::detail::has_quant_method(*it, "quanto");
-}
-
 /// The Quanto weight type of an `accel quantize --scheme quanto-TYPE`, or nullopt for another scheme.
 inline std::optional<std::string> quanto_scheme(const std::string& scheme) {
   for (const char* t : {"int8", "int4", "int2", "float8"}) {

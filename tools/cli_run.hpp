@@ -68,6 +68,7 @@
 #include "accel/plan/runtime_reserve.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/io/gguf_tokenizer.hpp"
+#include "accel/quant/auto_quantizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
 #include "accel/tokenize/tokenizer.hpp"
 #include "cli_command.hpp"
@@ -121,12 +122,7 @@ struct RunRequest {
   bool double_quant = false;
 };
 
-/// One amount the planner kept free, and why.
-struct Reservation {
-  std::string what;
-  Placement device;
-  double bytes = 0;
-};
+using plan::Reservation;
 
 /// The tokens of an unrestricted run (every weight on one device, no hooks) against the placed run's.
 struct TokenCheck {
@@ -236,111 +232,42 @@ inline double peak_rss_bytes() {
   return 0;
 }
 
-/// What generation needs beside the weights, on the device that computes (the first GPU with a
-/// budget, else the CPU): the KV cache, one block's activations, the offload ring. Blocks are
-/// sized as `quantizer` (a fresh one: it swaps the layers of a scratch meta model) will load them.
-inline std::vector<Reservation> runtime_reservations(const nlohmann::json& config, DType dtype, const plan::MaxMemory& budgets,
-                                                     std::int64_t tokens, std::size_t& prefetch, std::string& note,
-                                                     const AnyQuantizer* quantizer = nullptr) {
-  Placement where = Placement::cpu();
-  for (const auto& [k, v] : budgets) {
-    if (k.is_gpu()) {
-      where = k;
-      break;
-    }
+/// Runs f(), an error about the library's max_memory renamed for the option that set it.
+template <class F>
+decltype(auto) naming_max_memory_option(F&& f) {
+  try {
+    return f();
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    if (m.starts_with("max_memory:")) throw ValueError("--max-memory:" + m.substr(std::string("max_memory:").size()));
+    throw;
   }
-  std::shared_ptr<models::CausalLM> meta;
-  {
-    auto guard = nn::init_empty_weights(false);
-    meta = models::causal_lm_from_hf_config(config, dtype);
-  }
-  if (quantizer) quantizer->preprocess_model(meta->module(), {});
-  std::vector<Reservation> out;
-  const ByteSize kv = plan::estimate_kv_cache_bytes(plan::kv_cache_shape_from_hf_config(config, tokens, 1, dtype));
-  out.push_back({"KV cache for " + std::to_string(tokens) + " tokens", where, kv.bytes()});
-  // One block's activations in the prompt's forward, in f32: the hidden states and the MLP's
-  // intermediates (a few of each), and the attention scores of every head.
-  auto count = [&](const char* key, std::int64_t fallback) {
-    const auto it = config.find(key);
-    return it != config.end() && it->is_number_integer() && it->get<std::int64_t>() > 0 ? it->get<std::int64_t>() : fallback;
-  };
-  const std::int64_t hidden = count("hidden_size", count("n_embd", 0));
-  const std::int64_t inter = count("intermediate_size", count("n_inner", 4 * hidden));
-  const std::int64_t heads = count("num_attention_heads", count("n_head", 1));
-  const double act = 4.0 * static_cast<double>(tokens) *
-                     (6.0 * static_cast<double>(hidden) + 3.0 * static_cast<double>(inter) + static_cast<double>(heads) * static_cast<double>(tokens));
-  out.push_back({"activations of one block", where, act});
-  // The planner keeps one largest layer free for the offloaded block that computes (Accelerate's
-  // rule); read-ahead needs N more (plan::read_ahead_reserve).
-  const plan::ReadAheadReserve ring = plan::read_ahead_reserve(meta->module(), meta->module().no_split_modules(), 1,
-                                                               {.dtype = dtype, .special_dtypes = {}});
-  const double layer = ring.layer.bytes();
-  // Nothing streams when every weight fits beside generation's needs and the layer the planner
-  // keeps (Accelerate's rule): read-ahead room would only push blocks to disk.
-  double weights = 0;
-  for (const auto& [name, t] : meta->module().named_parameters()) weights += static_cast<double>(t.nbytes());
-  const ByteSize* budget = budgets.find(where);
-  const bool all_fit = budget && weights + kv.bytes() + act + layer <= budget->bytes();
-  // A budget that cannot hold the read-ahead gets less of it: a promise kept beats a deeper ring.
-  if (budget && !all_fit) {
-    const double fixed = kv.bytes() + act;
-    const std::size_t asked = prefetch;
-    while (prefetch > 0 && fixed + static_cast<double>(prefetch + 1) * layer > budget->bytes()) --prefetch;
-    if (fixed + layer > budget->bytes()) {
-      throw ValueError("--max-memory: " + where.str() + "=" + human_bytes(budget->bytes()) + " cannot hold one block of the model (" +
-                       human_bytes(layer) + ", " + ring.largest_layer + ") beside the KV cache and activations (" +
-                       human_bytes(fixed) + ")");
-    }
-    if (prefetch != asked) {
-      note = "read-ahead lowered to " + (prefetch ? "prefetch:" + std::to_string(prefetch) : std::string("sync")) +
-             ": " + where.str() + "=" + human_bytes(budget->bytes()) + " holds " + std::to_string(prefetch + 1) +
-             " of the largest layer (" + human_bytes(layer) + ") beside the KV cache and activations, not " +
-             std::to_string(asked + 1);
-    }
-  }
-  if (prefetch > 0 && !all_fit) {
-    out.push_back({"read-ahead (" + std::to_string(prefetch) + " x the largest layer, " + ring.largest_layer +
-                       ", beside the one the planner keeps)",
-                   where, static_cast<double>(prefetch) * layer});
-  }
-  return out;
 }
 
-/// The stream a placed model's offloading hooks share, or null.
-inline std::shared_ptr<hooks::WeightStream> offload_stream(nn::Module& root) {
-  for (nn::Module* m : root.modules()) {
-    if (const auto* h = dynamic_cast<const hooks::AlignDevicesHookBase*>(m->hook().get()); h && h->options().stream) {
-      return h->options().stream;
-    }
-  }
-  return nullptr;
+/// The line saying why the read-ahead is shallower than asked, or "" when it is not.
+inline std::string read_ahead_note(const plan::GenerationReserve& g) {
+  if (g.depth == g.asked_depth || !g.budget) return {};
+  return "read-ahead lowered to " + (g.depth ? "prefetch:" + std::to_string(g.depth) : std::string("sync")) + ": " +
+         g.device.str() + "=" + human_bytes(g.budget->bytes()) + " holds " + std::to_string(g.depth + 1) +
+         " of the largest layer (" + human_bytes(g.layer.bytes()) + ") beside the KV cache and activations, not " +
+         std::to_string(g.asked_depth + 1);
 }
 
 /// load_pretrained_split under the offload policy `prefetch` names (0: sync_offload).
 template <class State>
 dist::SplitModel load_split(const State& state, const std::filesystem::path& dir, const dispatch::LoadPretrainedOptions& o,
                             const dist::SplitLoadOptions& so, std::size_t prefetch) {
-  switch (prefetch) {
-    case 0: return dist::load_pretrained_split<policy::sync_offload>(state, dir, o, so);
-    case 1: return dist::load_pretrained_split<policy::prefetch<1>>(state, dir, o, so);
-    case 2: return dist::load_pretrained_split<policy::prefetch<2>>(state, dir, o, so);
-    case 3: return dist::load_pretrained_split<policy::prefetch<3>>(state, dir, o, so);
-    case 4: return dist::load_pretrained_split<policy::prefetch<4>>(state, dir, o, so);
-    default: throw ValueError("--offload: prefetch:" + std::to_string(prefetch) + " is out of range (1-4)");
-  }
+  return policy::with_offload_depth(prefetch, [&]<class Offload>(Offload) {
+    return dist::load_pretrained_split<Offload>(state, dir, o, so);
+  });
 }
 
 /// load_pretrained_causal_lm under the offload policy `prefetch` names (0: sync_offload).
 inline dispatch::PretrainedModel load_placed(const std::filesystem::path& dir, const dispatch::LoadPretrainedOptions& o,
                                              std::size_t prefetch) {
-  switch (prefetch) {
-    case 0: return dispatch::load_pretrained_causal_lm<policy::sync_offload>(dir, o);
-    case 1: return dispatch::load_pretrained_causal_lm<policy::prefetch<1>>(dir, o);
-    case 2: return dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(dir, o);
-    case 3: return dispatch::load_pretrained_causal_lm<policy::prefetch<3>>(dir, o);
-    case 4: return dispatch::load_pretrained_causal_lm<policy::prefetch<4>>(dir, o);
-    default: throw ValueError("--offload: prefetch:" + std::to_string(prefetch) + " is out of range (1-4)");
-  }
+  return policy::with_offload_depth(prefetch, [&]<class Offload>(Offload) {
+    return dispatch::load_pretrained_causal_lm<Offload>(dir, o);
+  });
 }
 
 }  // namespace detail
@@ -394,34 +321,14 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
       }
       lo.quantizer = run_quantizer("--quantize", *req.quantize, req.double_quant, dtype);
       lo.dtype = dtype;
-    } else if (is_bnb_quantized(config)) {
-      lo.quantizer = quant::BnbQuantizer::from_model_config(config);
-      lo.dtype = dtype;
-    } else if (is_quanto_quantized(config)) {
-      lo.quantizer = quant::QuantoQuantizer::from_model_config(config);
+    } else if (config.contains("quantization_config")) {
+      lo.quantizer = quant::quantizer_from_config(config.at("quantization_config"));  // the one registry
       lo.dtype = dtype;
     }
   }
-  // What generation needs beside the weights, kept free where a strategy plans (keep_read_ahead:
-  // room for the read-ahead ring, where disk blocks stream in).
-  const auto reserve_for_generation = [&](bool keep_read_ahead) {
-    const nlohmann::json config = dispatch::read_model_config(req.model_dir);
-    const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
-    const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
-                                req.generation.max_new_tokens;
-    const plan::MaxMemory budgets = req.max_memory ? *req.max_memory : plan::get_max_memory();
-    // Blocks sized quantized, by a quantizer of their own (the loader's keeps its swapped layers).
-    std::optional<AnyQuantizer> sizing;
-    if (req.quantize) sizing = run_quantizer("--quantize", *req.quantize, req.double_quant, dtype);
-    out.reservations = detail::runtime_reservations(config, dtype, budgets, tokens, prefetch, out.note,
-                                                    sizing ? &*sizing : nullptr);
-    out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
-    if (!keep_read_ahead) {
-      std::erase_if(out.reservations, [](const Reservation& x) { return x.what.starts_with("read-ahead"); });
-      out.note.clear();
-    }
-    for (const auto& r : out.reservations) lo.reserve.add(r.device, ByteSize::from_bits(static_cast<std::int64_t>(r.bytes * 8)));
-  };
+  // The tokens generation holds: a strategy keeps their KV cache and activations free.
+  const std::int64_t tokens = static_cast<std::int64_t>(req.ids.size() + (req.prompt ? req.prompt->size() : 0)) +
+                              req.generation.max_new_tokens;
   dist::SplitLoadOptions so;
   if (split) {
     if (lo.quantizer) throw UsageError("a quantized model (a GGUF file, a bitsandbytes folder, --quantize) runs in one process: quantized layers are not split across processes yet");
@@ -434,7 +341,24 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
       so.plan.strategy = how;
       // Disk blocks go to the last process naming a disk budget (every process takes the same
       // options, so the last one), so only it streams: the others keep no read-ahead room.
-      reserve_for_generation(state.is_last_process());
+      const nlohmann::json config = dispatch::read_model_config(req.model_dir);
+      const DType dtype = req.dtype.value_or(dispatch::detail::config_dtype(config, "config.json").value_or(DType::f32));
+      std::shared_ptr<models::CausalLM> meta;
+      {
+        auto guard = nn::init_empty_weights(false);
+        meta = models::causal_lm_from_hf_config(config, dtype);
+      }
+      const plan::GenerationReserve g = detail::naming_max_memory_option([&] {
+        return plan::generation_reserve(meta->module(), config, dtype, req.max_memory ? *req.max_memory : plan::get_max_memory(),
+                                        tokens, state.is_last_process() ? req.prefetch : 0);
+      });
+      out.reservations = g.reservations;
+      if (state.is_last_process()) {
+        prefetch = g.depth;
+        out.note = detail::read_ahead_note(g);
+      }
+      out.offload = prefetch == 0 ? "sync" : "prefetch:" + std::to_string(prefetch);
+      for (const auto& [where, bytes] : g.reserve()) lo.reserve.add(where, bytes);
     } else {
       so.split_map = dist::split_device_map_from_json(read_json_file(how, file_json_limits, std::size_t{1} << 26));
     }
@@ -446,7 +370,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
                           *req.device_map == "balanced_low_0" || *req.device_map == "sequential";
     if (strategy) {
       lo.device_map = *req.device_map;
-      reserve_for_generation(true);
+      lo.reserve_tokens = tokens;
     } else {
       lo.device_map = plan::device_map_from_json(read_json_file(*req.device_map, file_json_limits, std::size_t{1} << 26));
     }
@@ -463,8 +387,10 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     out.split_map = std::move(m.split_map);
     stages = m.stages;
   } else {
-    p = req.device_map || req.whole_on ? detail::load_placed(req.model_dir, lo, prefetch)
-                                       : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
+    p = detail::naming_max_memory_option([&] {
+      return req.device_map || req.whole_on ? detail::load_placed(req.model_dir, lo, prefetch)
+                                            : dispatch::load_pretrained_causal_lm(req.model_dir, lo);
+    });
   }
   bar.finish();
   if (out.split_map) {
@@ -474,6 +400,11 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     }
   } else if (p.device_map) {
     out.device_map = p.device_map;
+    if (p.generation) {
+      out.reservations = p.generation->reservations;
+      out.note = detail::read_ahead_note(*p.generation);
+    }
+    if (req.device_map) out.offload = p.offload_depth == 0 ? "sync" : "prefetch:" + std::to_string(p.offload_depth);
     for (const auto& [name, t] : p.model->module().named_parameters()) {
       const auto place = p.device_map->lookup(name);
       out.placed_bytes[place ? place->str() : "cpu"] += static_cast<double>(t.nbytes());
@@ -522,7 +453,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     }
   }
   const Tensor ids = input_device.is_cpu() ? host_ids : host_ids.to(input_device);
-  const auto stream = detail::offload_stream(p.model->module());
+  const auto stream = hooks::offload_stream(p.model->module());
   if (stream) stream->reset_stats();
   if (stages) stages->reset_stats();
   const auto gen = models::generate(*p.model, ids, g);
@@ -572,7 +503,7 @@ inline void render_placement(const RunResult& r) {
   for (const auto& [where, bytes] : r.placed_bytes) std::cout << " " << where << " " << human_bytes(bytes);
   std::cout << "\n";
   for (const auto& x : r.reservations) {
-    std::cout << "  reserved on " << x.device.str() << ": " << human_bytes(x.bytes) << " for the " << x.what << "\n";
+    std::cout << "  reserved on " << x.device.str() << ": " << human_bytes(x.bytes.bytes()) << " for the " << x.what << "\n";
   }
   std::cout << "\n" << std::flush;
 }
@@ -621,7 +552,7 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
       if (!r.note.empty()) j["offload_note"] = r.note;
       j["placed_bytes"] = r.placed_bytes;
       nlohmann::ordered_json res = nlohmann::ordered_json::array();
-      for (const auto& x : r.reservations) res.push_back({{"what", x.what}, {"device", x.device.str()}, {"bytes", x.bytes}});
+      for (const auto& x : r.reservations) res.push_back({{"what", x.what}, {"device", x.device.str()}, {"bytes", x.bytes.bytes()}});
       j["reservations"] = res;
       j["offload_gb_per_s"] = r.offload_gb_per_s ? nlohmann::ordered_json(*r.offload_gb_per_s) : nlohmann::ordered_json();
     }

@@ -3,6 +3,7 @@
 // gives the logits and tokens of the plain model, bit for bit; bad offload files are typed errors.
 #include <catch2/catch.hpp>
 
+#include "../host_backed_cuda.hpp"
 #include "../temp_dir.hpp"
 
 #include <filesystem>
@@ -77,14 +78,6 @@ std::size_t meta_tensors(const nn::Module& m) {
 
 }  // namespace
 
-/// The stream the offloading hooks of `root` share.
-std::shared_ptr<hooks::WeightStream> stream_of(nn::Module& root) {
-  for (auto* m : root.modules()) {
-    if (auto* h = dynamic_cast<hooks::AlignDevicesHookBase*>(m->hook().get()); h && h->options().stream) return h->options().stream;
-  }
-  return nullptr;
-}
-
 /// CPU bytes allocated at the peak of one greedy generation, above what was held before it.
 std::size_t generate_peak(models::CausalLM& lm) {
   const std::size_t before = memory_stats(Device::cpu()).allocated_bytes;
@@ -128,7 +121,7 @@ TEMPLATE_TEST_CASE("Every placement and policy gives the plain model's logits an
       CHECK(lm->logits(prompt()).to_vector<float>() == ref.logits);
       CHECK(models::generate(*lm, prompt(), greedy).new_tokens == ref.tokens);
       CHECK(meta_tensors(root) > 0);  // parked again after the calls
-      const auto stream = stream_of(root);
+      const auto stream = hooks::offload_stream(root);
       REQUIRE(stream != nullptr);
       CHECK(stream->depth() == TestType::prefetch_depth);
       {
@@ -339,4 +332,107 @@ TEST_CASE("dispatch_model checks its map and its folder", "[dispatch][offload]")
   DeviceMap all_cpu;
   all_cpu.set("", Placement::cpu());
   CHECK_THROWS_WITH(dispatch_model(root, all_cpu), Catch::Contains("meta"));
+}
+
+TEST_CASE("main_device runs a map of cpu and disk on that device, as Accelerate does", "[dispatch][offload]") {
+  // cuda:0 here is host memory behind the runtime's allocation and copy slots: enough to see
+  // where each block's hook runs it and what it streams, not to compute.
+  accel_test::HostBackedCuda cuda;
+  accel_test::TempDir dir;
+  auto p = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false});
+  nn::Module& root = p.model->module();
+  const DeviceMap dm = block_map(root, Placement::cpu(), Placement::disk(), Placement::cpu());
+  dispatch_model<policy::sync_offload>(root, dm, {.main_device = Device::cuda(0), .offload_dir = dir.str()});
+  CHECK(root.execution_device() == Device::cuda(0));
+  for (const Device& d : p.model->layer_devices()) CHECK(d == Device::cuda(0));
+  // Every block runs on cuda:0 and streams its weights there: the cpu ones too.
+  for (const char* name : {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.up_proj", "lm_head"}) {
+    INFO(name);
+    const auto* hook = hooks::find_hook<hooks::AlignDevicesHookBase>(root.get_submodule(name));
+    REQUIRE(hook != nullptr);
+    CHECK(hook->execution_device() == Device::cuda(0));
+    CHECK(hook->offload());
+    CHECK(root.get_submodule(name).find_parameter("weight")->is_meta());
+  }
+  CHECK_THROWS_AS(dispatch_model(root, dm, {.main_device = Device::meta(), .offload_dir = dir.str()}), ValueError);
+
+  // Without main_device the same map runs on the CPU, its cpu blocks resident.
+  auto q = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false});
+  dispatch_model<policy::sync_offload>(q.model->module(), dm, {.offload_dir = dir.str()});
+  CHECK(q.model->module().execution_device() == Device::cpu());
+  CHECK_FALSE(hooks::has_offloaded_params(q.model->module().get_submodule("model.layers.0.self_attn.q_proj")));
+  CHECK(hooks::has_offloaded_params(q.model->module().get_submodule("model.layers.1.self_attn.q_proj")));
+}
+
+TEST_CASE("load_pretrained_causal_lm keeps what generation needs free and lowers the read-ahead to fit", "[dispatch][offload]") {
+  const Reference ref = reference("tiny_llama");
+  const auto config = nlohmann::json::parse(std::ifstream(model_dir("tiny_llama") / "config.json"));
+  auto [meta, ckpt] = meta_model("tiny_llama");
+  std::int64_t weights = 0;
+  for (const auto& [n, t] : meta->module().named_parameters()) weights += static_cast<std::int64_t>(t.nbytes());
+  const std::int64_t tokens = 8;
+  const plan::GenerationReserve roomy =
+      plan::generation_reserve(meta->module(), config, DType::f32, {{Placement::cpu(), ByteSize(1 << 30)}}, tokens, 2);
+  REQUIRE(roomy.all_fit);
+  REQUIRE(roomy.reservations.size() == 2);  // nothing streams: no ring
+  const ByteSize fixed = roomy.reservations[0].bytes + roomy.reservations[1].bytes;
+  // Room for the layer the planner keeps and one more, not two: prefetch<2> becomes prefetch<1>.
+  const ByteSize budget = fixed + roomy.layer * 2 + ByteSize(roomy.layer.floor_bytes() / 2);
+  REQUIRE(budget < fixed + roomy.layer + ByteSize(weights));  // so blocks stream
+
+  auto p = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+      model_dir("tiny_llama"), {.show_progress = false, .device_map = std::string("auto"),
+                                .max_memory = MaxMemory{{Placement::cpu(), budget}}, .reserve_tokens = tokens});
+  REQUIRE(p.generation);
+  CHECK(p.generation->asked_depth == 2);
+  CHECK(p.offload_depth == 1);
+  REQUIRE(p.generation->reservations.size() == 3);
+  CHECK(p.generation->reservations[2].bytes == roomy.layer);
+  CHECK(p.generation->reserve() == MaxMemory{{Placement::cpu(), fixed + roomy.layer}});
+  const auto stream = hooks::offload_stream(p.model->module());
+  REQUIRE(stream);
+  CHECK(stream->depth() == 1);
+  // What the plan put on the CPU leaves the reservations free.
+  std::int64_t on_cpu = 0;
+  for (const auto& [name, t] : p.model->module().named_parameters()) {
+    if (p.device_map->lookup(name) == Placement::cpu()) on_cpu += static_cast<std::int64_t>(t.nbytes());
+  }
+  CHECK(ByteSize(on_cpu) + fixed + roomy.layer <= budget);
+  CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
+
+  // Without reserve_tokens the ring alone is kept: three layers' room holds the asked depth.
+  const ByteSize ring_only = roomy.layer * 3;
+  REQUIRE(ring_only < roomy.layer + ByteSize(weights));
+  auto q = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+      model_dir("tiny_llama"), {.show_progress = false, .device_map = std::string("auto"),
+                                .max_memory = MaxMemory{{Placement::cpu(), ring_only}}});
+  REQUIRE(q.generation);
+  CHECK(q.offload_depth == 2);
+  REQUIRE(q.generation->reservations.size() == 1);
+  CHECK(q.generation->reservations[0].what.starts_with("read-ahead"));
+  CHECK(q.model->logits(prompt()).to_vector<float>() == ref.logits);
+
+  // A budget that cannot hold one block beside the KV cache and activations is refused, naming it.
+  CHECK_THROWS_WITH(dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"),
+                                                        {.show_progress = false, .device_map = std::string("auto"),
+                                                         .max_memory = MaxMemory{{Placement::cpu(), fixed}}, .reserve_tokens = tokens}),
+                    Catch::Contains("cannot hold one block"));
+}
+
+TEST_CASE("load_pretrained_causal_lm keeps keep_in_fp32_modules in float32", "[dispatch]") {
+  auto p = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"),
+                                               {.dtype = DType::bf16, .show_progress = false, .keep_in_fp32_modules = {"lm_head"}});
+  nn::Module& root = p.model->module();
+  CHECK(root.get_parameter("lm_head.weight").dtype() == DType::f32);
+  CHECK(root.get_parameter("model.layers.0.mlp.up_proj.weight").dtype() == DType::bf16);
+  // The kept head computes in float32 on the bfloat16 hidden states.
+  const Tensor logits = p.model->logits(prompt());
+  CHECK(logits.dtype() == DType::f32);
+  CHECK(logits.size(2) == 128);
+  // Against the all-bfloat16 model: the same hidden states, the head's product rounded less.
+  auto all_bf16 = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.dtype = DType::bf16, .show_progress = false});
+  const std::vector<float> want = all_bf16.model->logits(prompt()).to(DType::f32).to_vector<float>();
+  const std::vector<float> got = logits.to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(0.02).margin(0.02));
 }

@@ -6,6 +6,7 @@
 // CUDA suite (tests/cuda_kernels) runs the same pipeline on a real device.
 #include <catch2/catch.hpp>
 
+#include "../host_backed_cuda.hpp"
 #include "../temp_dir.hpp"
 
 #include <atomic>
@@ -38,23 +39,14 @@ struct Counts {
 Counts counts;
 int fake_stream_tag;  // the copy stream's handle: its address
 
-/// Installs the stand-in runtime for the scope and restores the table after. Every storage it
-/// made must be gone by then.
+/// The host-backed stand-in (tests/host_backed_cuda.hpp) with counted streams and events.
 class FakeCuda {
  public:
-  FakeCuda() : saved_(cuda_backend()) {
+  FakeCuda() {
     counts.compute_waits = counts.copy_waits = counts.compute_records = counts.copy_records = counts.syncs = 0;
     counts.streams = 0;
     counts.copied = 0;
     DeviceBackend& b = cuda_backend();
-    b = DeviceBackend{};
-    b.device_count = []() noexcept { return 1; };
-    b.allocate = [](int, std::size_t n) { return std::aligned_alloc(256, (n + 255) / 256 * 256); };
-    b.deallocate = [](int, void* p) noexcept { std::free(p); };
-    b.allocate_pinned = [](std::size_t n) noexcept { return std::aligned_alloc(4096, (n + 4095) / 4096 * 4096); };
-    b.deallocate_pinned = [](void* p) noexcept { std::free(p); };
-    b.copy = [](void* dst, Device, const void* src, Device, std::size_t n, bool) { std::memcpy(dst, src, n); };
-    b.synchronize = [](int) {};
     b.stream_create = [](int) -> void* {
       ++counts.streams;
       return &fake_stream_tag;
@@ -79,12 +71,9 @@ class FakeCuda {
       counts.copied += n;
     };
   }
-  ~FakeCuda() { cuda_backend() = saved_; }
-  FakeCuda(const FakeCuda&) = delete;
-  FakeCuda& operator=(const FakeCuda&) = delete;
 
  private:
-  DeviceBackend saved_;
+  accel_test::HostBackedCuda host_;  // first: the slots above go on top of it
 };
 
 std::string write_floats(const accel_test::TempDir& dir, const std::string& name, float start, std::size_t n) {

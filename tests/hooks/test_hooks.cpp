@@ -81,12 +81,17 @@ TEST_CASE("add_hook_to_module appends, replaces and removes as Accelerate does",
   auto lin = linear(4, 4, 1.0f);
   hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "a"));
   hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "b"), /*append=*/true);
+  // Appending initialises the new hook only: "a" stays attached as it was.
+  hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "b2"), /*append=*/true);
   (*lin)(input());
-  CHECK(log == std::vector<std::string>{"a.init", "a.detach", "a.init", "b.init", "a.pre", "b.pre", "a.post", "b.post"});
-  REQUIRE(dynamic_cast<hooks::SequentialHook<hooks::HookList>*>(lin->hook().get()) != nullptr);
+  CHECK(log == std::vector<std::string>{"a.init", "b.init", "b2.init", "a.pre", "b.pre", "b2.pre", "a.post", "b.post", "b2.post"});
+  const auto* chain = dynamic_cast<hooks::SequentialHook<hooks::HookList>*>(lin->hook().get());
+  REQUIRE(chain != nullptr);
+  CHECK(chain->hooks().size() == 3);  // flat, not a chain in a chain
+  CHECK(hooks::find_hook<LogHook>(*lin) == chain->hooks().front().get());
   log.clear();
   hooks::add_hook_to_module(*lin, std::make_shared<LogHook>(&log, "c"));  // replaces the chain
-  CHECK(log == std::vector<std::string>{"a.detach", "b.detach", "c.init"});
+  CHECK(log == std::vector<std::string>{"a.detach", "b.detach", "b2.detach", "c.init"});
   log.clear();
   auto root = std::make_shared<Module>("Root");
   root->register_module("lin", lin);
@@ -99,6 +104,49 @@ TEST_CASE("add_hook_to_module appends, replaces and removes as Accelerate does",
   CHECK(lin->hook() == nullptr);
   CHECK(log == std::vector<std::string>{"r.init", "r.detach", "r.init", "r.detach", "c.detach"});
   CHECK_THROWS_AS(hooks::add_hook_to_module(*root, std::shared_ptr<nn::ModuleHook>{}), ValueError);
+}
+
+TEST_CASE("Chaining a hook onto an offloading one leaves no stale read-ahead unit", "[hooks][align][stream]") {
+  accel_test::TempDir dir;
+  nn::Sequential net;
+  for (int i = 0; i < 4; ++i) net.push_back(linear(64, 64, 0.01f * static_cast<float>(i + 1)));
+  const Tensor x = Tensor::ones({1, 64});
+  const std::vector<float> expect = net(x).to_vector<float>();
+  io::StateDict sd;
+  for (const auto& [name, t] : net.state_dict()) sd.insert_or_assign(name, t);
+  io::offload_state_dict(dir.str(), sd);
+  auto stream = std::make_shared<hooks::WeightStream>(2);
+  hooks::attach_align_device_hook(net, {.execution_device = Device::cpu(), .offload = true,
+                                        .weights_map = hooks::WeightsMap(std::make_shared<io::OffloadedWeightsLoader>(std::nullopt, dir.str())),
+                                        .stream = stream});
+  REQUIRE(stream->live_units() == 4);
+  CHECK(net(x).to_vector<float>() == expect);
+
+  // A hook appended to an offloading layer: the layer's unit stays the one the stream reads.
+  std::vector<std::string> log;
+  hooks::add_hook_to_module(net.get_submodule("1"), std::make_shared<LogHook>(&log, "extra"), /*append=*/true);
+  CHECK(stream->units() == 4);
+  CHECK(hooks::has_offloaded_params(net.get_submodule("1")));
+  REQUIRE(hooks::find_hook<hooks::AlignDevicesHookBase>(net.get_submodule("1")) != nullptr);
+  CHECK(net(x).to_vector<float>() == expect);
+  CHECK(log == std::vector<std::string>{"extra.init", "extra.pre", "extra.post"});
+
+  // Detached and attached again (Accelerate's remove then add): the old unit is retired and the
+  // new one read in its place.
+  auto again = hooks::find_hook<hooks::AlignDevicesHookBase>(net.get_submodule("2"));
+  REQUIRE(again != nullptr);
+  auto keep = std::static_pointer_cast<nn::ModuleHook>(net.get_submodule("2").hook());
+  hooks::remove_hook_from_module(net.get_submodule("2"));
+  CHECK(stream->live_units() == 3);
+  hooks::add_hook_to_module(net.get_submodule("2"), keep);
+  CHECK(stream->units() == 5);
+  CHECK(stream->live_units() == 4);
+  CHECK(net(x).to_vector<float>() == expect);
+  CHECK(stream->buffers() <= 3);
+  CHECK_THROWS_WITH(stream->acquire(2), Catch::Contains("retired"));
+  hooks::remove_hook_from_submodules(net);
+  CHECK(stream->live_units() == 0);
+  CHECK(net(x).to_vector<float>() == expect);
 }
 
 TEST_CASE("A compile-time chain calls its hooks in order; an empty chain attaches nothing", "[hooks]") {

@@ -1,8 +1,10 @@
-// The models on the one call path: a child replaced after construction is the one that runs, and
-// the KV cache and positions follow the hook's execution device while weights sit on meta.
+// The models on the one call path: a child replaced after construction is the one that runs (the
+// rotary embedding too), and the KV cache and positions follow the hook's execution device while
+// weights sit on meta.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,4 +112,42 @@ TEST_CASE("Cache and positions follow the hook while weights sit on meta", "[mod
     CHECK(hooks.front()->calls == 6);  // the prefill and five decode steps
     for (auto* layer : root.get_submodule(layers).children()) layer->set_hook(nullptr);
   }
+}
+
+TEST_CASE("The rotary embedding is a child the model calls: a hook sees it, a replacement computes", "[models][call_path]") {
+  struct CountingHook : nn::ModuleHook {
+    int calls = 0;
+    void pre_forward(nn::Module&, const nn::TensorRefs&) override { ++calls; }
+  };
+  auto p = dispatch::load_pretrained_causal_lm(model_fixture("tiny_llama"), {.show_progress = false});
+  nn::Module& root = p.model->module();
+  const std::vector<float> before = p.model->logits(prompt()).to_vector<float>();
+  auto count = std::make_shared<CountingHook>();
+  root.get_submodule("model.rotary_emb").set_hook(count);
+  CHECK(p.model->logits(prompt()).to_vector<float>() == before);
+  CHECK(count->calls == 1);
+  root.get_submodule("model.rotary_emb").set_hook(nullptr);
+
+  const auto config = models::llama_config_from_json(nlohmann::json::parse(std::ifstream(model_fixture("tiny_llama") / "config.json")));
+  auto faster = config;
+  faster.rope_theta *= 8;
+  nn::Module& model = root.get_submodule("model");
+  std::shared_ptr<nn::Module> original = *model.find_child_slot("rotary_emb");
+  model.replace_module("rotary_emb", std::make_shared<models::LlamaRotaryEmbedding<>>(faster, "Llama"));
+  CHECK(p.model->logits(prompt()).to_vector<float>() != before);
+  model.replace_module("rotary_emb", original);
+  CHECK(p.model->logits(prompt()).to_vector<float>() == before);
+
+  // An older config's rotary_emb per attention: each attention calls its own, with the same result.
+  auto per_layer_config = config;
+  per_layer_config.rotary_per_layer = true;
+  models::LlamaForCausalLM<> per_layer(per_layer_config);
+  CHECK_FALSE(per_layer.find_child("model")->find_child("rotary_emb"));
+  for (const auto& [name, t] : root.state_dict()) (*per_layer.find_tensor_cell(name))->data = t;
+  auto layer_count = std::make_shared<CountingHook>();
+  per_layer.get_submodule("model.layers.1.self_attn.rotary_emb").set_hook(layer_count);
+  const std::vector<float> got = per_layer.logits(prompt(), nullptr, 0, {}).to_vector<float>();
+  REQUIRE(got.size() == before.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(before[i]).margin(1e-5));
+  CHECK(layer_count->calls == 1);
 }

@@ -130,19 +130,23 @@ TEST_CASE("A policy bundle sizes in its precision and keeps room for prefetched 
   STATIC_REQUIRE(std::is_base_of_v<DeviceMap, BasicDeviceMap<Plain>>);
   CHECK(dump(plain) == dump(infer_auto_device_map(*m, gpus({236}))));
 
-  // prefetch<2> keeps two more of the largest layer (100 bytes) free on the execution device.
+  // prefetch<2> keeps two more of the largest layer (100 bytes) free on the execution device, each
+  // with the slack of an aligned read (plan::read_ahead_reserve).
   using Prefetch2 = policies<policy::prefetch<2>>;
-  CHECK(offload_policy_reserve<Prefetch2>(*m, gpus({436, 500}), {}) == MaxMemory{{Placement::gpu(0), ByteSize(200)}});
+  const std::int64_t slack = 2 * 3 * static_cast<std::int64_t>(io::WeightFileReader::alignment);
+  CHECK(offload_policy_reserve<Prefetch2>(*m, gpus({436, 500}), {}) == MaxMemory{{Placement::gpu(0), ByteSize(200 + slack)}});
   CHECK(offload_policy_reserve<Prefetch2>(*m, {{Placement::cpu(), ByteSize(1000)}}, {}) ==
-        MaxMemory{{Placement::cpu(), ByteSize(200)}});
+        MaxMemory{{Placement::cpu(), ByteSize(200 + slack)}});
+  CHECK(offload_policy_reserve<Prefetch2>(*m, gpus({436}), {}) ==
+        MaxMemory{{Placement::gpu(0), plan::read_ahead_reserve(*m, {}, 2).bytes}});  // one reserve function
   CHECK(offload_policy_reserve<policies<policy::sync_offload>>(*m, gpus({436}), {}).empty());
-  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({436}))) == R"({"":0})");
-  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({435}))) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({436 + slack}))) == R"({"":0})");
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({435 + slack}))) == R"({"linear1":0,"batchnorm":"disk","linear2":"disk"})");
   // The policy's reserve adds to the caller's.
   plan::InferOptions with_reserve;
   with_reserve.reserve = {{Placement::gpu(0), ByteSize(10)}};
-  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({446}), with_reserve)) == R"({"":0})");
-  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({445}), with_reserve)) != R"({"":0})");
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({446 + slack}), with_reserve)) == R"({"":0})");
+  CHECK(dump(infer_auto_device_map<Prefetch2>(*m, gpus({445 + slack}), with_reserve)) != R"({"":0})");
 
   // bf16 sizes floating weights in two bytes: the model needs half of the f32 budget.
   using Bf16 = policies<policy::bf16>;

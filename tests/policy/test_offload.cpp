@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <type_traits>
+#include <utility>
 
 #include "accel/policy/offload.hpp"
 
@@ -32,4 +33,13 @@ TEST_CASE("offload_kind recognises offload tags only", "[policy][offload]") {
   STATIC_REQUIRE(std::is_same_v<offload_kind::member<sync_offload>::offload, sync_offload>);
   STATIC_REQUIRE(Offload<sync_offload>);
   STATIC_REQUIRE_FALSE(Offload<int>);
+}
+
+TEST_CASE("with_offload_depth turns a run-time depth into its tag, in one place", "[policy][offload]") {
+  for (std::size_t depth = 0; depth <= max_compiled_prefetch_depth; ++depth) {
+    const auto got = with_offload_depth(depth, []<class Tag>(Tag) { return std::pair{Tag::id, Tag::prefetch_depth}; });
+    CHECK(got.first == (depth == 0 ? OffloadMode::sync : OffloadMode::prefetch));
+    CHECK(got.second == depth);
+  }
+  CHECK_THROWS_AS(with_offload_depth(max_compiled_prefetch_depth + 1, [](auto) { return 0; }), accel::ValueError);
 }

@@ -229,10 +229,11 @@ TEST_CASE("a 4-bit model is planned from its packed sizes", "[bnb]") {
   CHECK(disk(dm_float));
   CHECK_FALSE(disk(dm_quant));
 
-  // Through the loader: adjust_max_memory keeps 10% back, and the plan puts nothing on disk.
+  // Through the loader: adjust_max_memory keeps 10% back, and the plan puts nothing on disk
+  // (sync_offload: no read-ahead ring to keep beside the weights).
   plan::MaxMemory loose;
   loose.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(qs[""].bytes() * 1.5)));
-  auto p = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.dtype = DType::f32,
+  auto p = dispatch::load_pretrained_causal_lm<policy::sync_offload>(model_dir("tiny_llama"), {.dtype = DType::f32,
                                                                          .show_progress = false,
                                                                          .device_map = std::string("auto"),
                                                                          .max_memory = loose,

@@ -21,6 +21,7 @@
 //   map is checked against the model before anything is read.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -157,6 +158,9 @@ struct LoadAndDispatchOptions {
   bool strict = false;
   /// Runtime reserves per device for a strategy (KV cache, activations, the prefetch ring).
   MaxMemory reserve{};
+  /// Exact tensor names a strategy sizes in another dtype than `dtype` (Accelerate's
+  /// special_dtypes: weights kept in float32, a quantizer's get_special_dtypes_update).
+  std::map<std::string, DType, std::less<>> special_dtypes{};
   bool show_progress = true;
   /// CPU weights in memory of their own rather than views of the mapped checkpoint
   /// (LoadCheckpointOptions::disable_mmap).
@@ -174,6 +178,7 @@ inline DeviceMap resolve_device_map(const nn::Module& model, const std::string& 
   }
   plan::SizeOptions sizes;
   sizes.dtype = o.dtype;
+  sizes.special_dtypes = o.special_dtypes;
   MaxMemory mm = max_memory;
   if (strategy != "sequential") {
     mm = plan::get_balanced_memory(model, mm, o.no_split_module_classes, sizes, strategy == "balanced_low_0");

@@ -12,8 +12,8 @@
 // Accelerate's one hook per module holding weights, each reading them when called.
 //
 // With one placement in the map (and no force_hooks) the model is moved there and no hook is
-// attached. Otherwise the main device is the first GPU of the map (the CPU when the map names only
-// cpu and disk); blocks placed on a GPU run there with their weights resident, and blocks placed
+// attached. Otherwise the main device is `main_device`, else the first GPU of the map (the CPU
+// when the map names only cpu and disk); blocks placed on a GPU run there with their weights resident, and blocks placed
 // on "disk" (and on "cpu" when the main device is a GPU) run on the main device with their weights
 // read for each call: CPU blocks from the CPU tensors the model holds, disk blocks from
 // `offload_dir`'s index (written from the model's own tensors when the folder has none) or from
@@ -144,7 +144,6 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
     kinds.insert(p.str());
     if (p.is_gpu() && !first_gpu) first_gpu = p.device();
   }
-  const bool only_host = !first_gpu;
 
   if (kinds.size() <= 1 && !o.force_hooks && !remote) {
     if (device_map.empty()) return model;
@@ -160,8 +159,12 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
     return model;
   }
 
-  // Accelerate: a map of cpu and disk only runs on the CPU, whatever main_device says.
-  const Device main = only_host ? Device::cpu() : o.main_device.value_or(first_gpu.value_or(Device::cpu()));
+  // Accelerate: without main_device, a map of cpu and disk only runs on the CPU; with one, every
+  // block runs there, the cpu blocks streamed to it as the disk ones are.
+  const Device main = o.main_device.value_or(first_gpu.value_or(Device::cpu()));
+  if (main.is_meta()) {
+    throw ValueError("dispatch_model: main_device must be a device that computes (cpu or a GPU), got " + main.str());
+  }
   std::vector<std::string> cpu_modules, disk_modules;
   for (const auto& [name, p] : device_map) {
     if (p.is_cpu()) cpu_modules.push_back(name);

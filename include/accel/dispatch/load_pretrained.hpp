@@ -22,6 +22,16 @@
 // that stream the offloaded blocks). Disk weights of a safetensors checkpoint are read from its
 // shards in place; `offload_folder` is then only where the offload index goes (a temporary folder
 // when unset, removed with the model), and a .bin checkpoint's disk weights are written there.
+//
+// A strategy plans what `accel run` plans: besides `reserve`, the device that computes keeps free
+// the KV cache and one block's activations for `reserve_tokens`, and, when blocks stream, the
+// read-ahead ring of Offload, whose depth is lowered (prefetch<2> to prefetch<1> or sync) when the
+// budget cannot hold it (plan::generation_reserve); the result says what was kept and the depth
+// used. Weights are sized as they will be held: the quantizer's adjust_target_dtype and
+// get_special_dtypes_update, and float32 for keep_in_fp32_modules.
+//
+// Differences from transformers: the quantizer's update_device_map is not consulted (without a
+// device_map every weight loads on the CPU already, which is what the backends here return).
 #pragma once
 
 #include <algorithm>
@@ -48,6 +58,7 @@
 #include "accel/io/gguf_model.hpp"
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
+#include "accel/plan/runtime_reserve.hpp"
 
 namespace accel::dispatch {
 
@@ -69,8 +80,16 @@ struct LoadPretrainedOptions {
   std::optional<MaxMemory> max_memory{};
   /// Where disk weights and the offload index go (see the header comment).
   std::optional<std::string> offload_folder{};
-  /// Bytes each device keeps free for what runs (KV cache, activations, the prefetch ring).
+  /// Bytes each device keeps free for what runs, beside what reserve_tokens and the read-ahead
+  /// keep (a workspace of the caller's own).
   MaxMemory reserve{};
+  /// Tokens generation will hold (prompt and new ones): a strategy keeps their KV cache and one
+  /// block's activations free on the device that computes (plan::generation_reserve); 0: none.
+  /// The read-ahead ring of Offload is kept whatever this is, when blocks stream.
+  std::int64_t reserve_tokens = 0;
+  /// Modules whose weights stay in float32 whatever `dtype` says (transformers'
+  /// keep_in_fp32_modules; matched as LoadCheckpointOptions matches them), sized so by the plan.
+  std::vector<std::string> keep_in_fp32_modules{};
   /// A quantization backend (dispatch/quantizer.hpp; accel/quant/ has them): it may change the
   /// dtype, swaps layers on the meta model before the plan, and stores the tensors it claims.
   std::optional<AnyQuantizer> quantizer{};
@@ -87,6 +106,13 @@ struct PretrainedModel {
   double load_seconds = 0;
   /// The placement used, when one was asked for.
   std::optional<DeviceMap> device_map;
+  /// What a strategy kept free beside the weights (the KV cache and activations of
+  /// reserve_tokens, the read-ahead ring when blocks stream) and the depth that fits
+  /// (plan::generation_reserve); unset without a strategy.
+  std::optional<plan::GenerationReserve> generation{};
+  /// The read-ahead depth the hooks use: Offload's, or generation->depth when that is lower
+  /// (0: each block read when called).
+  std::size_t offload_depth = 0;
 };
 
 namespace detail {
@@ -120,6 +146,20 @@ inline DeviceMap relative_device_map(const DeviceMap& dm, const std::string& bas
     else if (k.starts_with(base + ".")) out.set(k.substr(base.size() + 1), p);
   }
   return out;
+}
+/// dispatch_model under Offload, or under the shallower prefetch `depth` names when it is below
+/// Offload's: where a load that lowered its read-ahead to fit the budget picks the instantiation.
+template <policy::Offload Offload>
+void dispatch_at_depth(nn::Module& root, const DeviceMap& dm, const DispatchOptions& o, std::size_t depth) {
+  if constexpr (Offload::prefetch_depth == 0) {
+    dispatch_model<Offload>(root, dm, o);
+  } else if (depth >= Offload::prefetch_depth) {
+    dispatch_model<Offload>(root, dm, o);
+  } else if constexpr (Offload::prefetch_depth == 1) {
+    dispatch_model<policy::sync_offload>(root, dm, o);
+  } else {
+    dispatch_at_depth<policy::prefetch<Offload::prefetch_depth - 1>>(root, dm, o, depth);
+  }
 }
 }  // namespace detail
 
@@ -164,15 +204,29 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   lo.show_progress = options.show_progress;
   lo.progress = options.progress;
   lo.disable_mmap = options.disable_mmap;
+  lo.keep_in_fp32_modules = options.keep_in_fp32_modules;
+  out.offload_depth = Offload::prefetch_depth;
   bool has_disk = false;
   if (options.device_map) {
     if (const auto* s = std::get_if<std::string>(&*options.device_map)) {
       LoadAndDispatchOptions plan;
       plan.no_split_module_classes = root.no_split_modules();
-      plan.dtype = out.dtype;
-      plan.reserve = options.reserve;
+      // Sized as they will be held: the quantizer's target dtype, its kept weights, float32 ones.
+      plan.dtype = options.quantizer ? options.quantizer->adjust_target_dtype(out.dtype) : out.dtype;
+      if (options.quantizer) {
+        for (auto& [name, d] : options.quantizer->get_special_dtypes_update(root, out.dtype)) plan.special_dtypes.emplace(name, d);
+      }
+      for (const auto& [name, t] : root.state_dict()) {
+        if (t.is_floating_point() && in_keep_in_fp32_modules(name, options.keep_in_fp32_modules)) {
+          plan.special_dtypes.insert_or_assign(name, DType::f32);
+        }
+      }
       MaxMemory budgets = options.max_memory ? *options.max_memory : plan::get_max_memory();
       if (options.quantizer) budgets = options.quantizer->adjust_max_memory(std::move(budgets));
+      out.generation = plan::generation_reserve(root, out.config, out.dtype, budgets, options.reserve_tokens, Offload::prefetch_depth);
+      out.offload_depth = out.generation->depth;
+      plan.reserve = options.reserve;
+      for (const auto& [where, bytes] : out.generation->reserve()) plan.reserve.add(where, bytes);
       out.device_map = resolve_device_map(root, *s, budgets, plan);
     } else {
       out.device_map = std::get<DeviceMap>(*options.device_map);
@@ -216,7 +270,10 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   }
   if (options.quantizer) options.quantizer->postprocess_model(root);
   // A plan that puts everything on disk still runs: the hooks stream every block in.
-  if (out.device_map) dispatch_model<Offload>(root, *out.device_map, {.offload_dir = lo.offload_folder, .force_hooks = has_disk});
+  if (out.device_map) {
+    detail::dispatch_at_depth<Offload>(root, *out.device_map, {.offload_dir = lo.offload_folder, .force_hooks = has_disk},
+                                       out.offload_depth);
+  }
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

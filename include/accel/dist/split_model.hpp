@@ -11,7 +11,7 @@
 // of the split map gets a stage hook in front of its hooks: when the entry belongs to another process
 // than the one that computed the previous entry, that process sends the entry's argument tensors
 // (hidden states, positions, masks) and the entry's process receives them in place of its meta
-// ones. The root gets a hook that, after the forward, broadcasts the outputs (the logits) from the
+// ones; an entry called with no tensor argument (the rotary embedding) moves nothing. The root gets a hook that, after the forward, broadcasts the outputs (the logits) from the
 // process that computed the last entry, so every process holds the same logits and generation
 // takes the same tokens everywhere. Tensors travel over MPI in dist/serialize.hpp's form, staged
 // through host memory (CUDA tensors included). Since the stages compute in turn, attaching the
@@ -143,6 +143,9 @@ class StageHook : public hooks::ModelHook {
   }
 
   void pre_forward(nn::Module&, const nn::TensorRefs& args) override {
+    // A call whose arguments hold no tensor (the rotary embedding's frequencies, computed on every
+    // process alike) has nothing to move and takes no turn.
+    if (args.size() == 0) return;
     PipelineRun& r = *run_;
     const int from = r.holder;
     r.holder = owner_;

@@ -50,6 +50,7 @@
 //   state).
 #pragma once
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -183,6 +184,14 @@ class AlignDevicesHookBase : public ModelHook {
 
   void detach_hook(nn::Module&) override {
     park();
+    // The stream forgets this hook's units: its read-ahead must not go on reading them (a hook
+    // attached again registers new ones).
+    if (stage_unit_) stage_->retire(*stage_unit_);
+    if (host_unit_) o_.stream->retire(*host_unit_);
+    unit_.reset();
+    host_unit_.reset();
+    stage_unit_.reset();
+    stage_ = nullptr;
     for (auto& m : managed_) {
       if (m.restore_device && m.original->data.is_meta()) {  // a copy: the map's may be a mapped file
         m.original->data = weights_.at(m.name).to(*m.restore_device, m.dtype, /*non_blocking=*/false, /*copy=*/true);
@@ -311,7 +320,7 @@ class AlignDevicesHookBase : public ModelHook {
       m.stage_index = pieces.size();
       pieces.push_back(std::move(p));
     }
-    if (!locations.empty()) host_unit = o_.stream->add_unit(label, std::move(locations));
+    if (!locations.empty()) host_unit = host_unit_ = o_.stream->add_unit(label, std::move(locations));
     if (!pieces.empty()) {
       stage_ = &o_.stream->device_stage(*o_.execution_device);
       stage_unit_ = stage_->add_unit(label, host_unit, std::move(pieces));
@@ -381,7 +390,8 @@ class AlignDevicesHookBase : public ModelHook {
   std::vector<std::pair<const nn::Parameter*, Device>> added_;
   std::optional<Device> input_device_;
   bool warned_ = false;
-  std::optional<std::size_t> unit_;  ///< this hook's unit of the stream (read by the hook itself)
+  std::optional<std::size_t> unit_;  ///< this hook's unit of the stream when the hook reads it itself
+  std::optional<std::size_t> host_unit_;  ///< this hook's unit of the stream, read by the hook or the device stage
   bool acquired_ = false;
   DeviceStage* stage_ = nullptr;     ///< the stream's stage for the execution GPU (owned by the stream)
   std::optional<std::size_t> stage_unit_;
@@ -399,15 +409,14 @@ class AlignDevicesHook : public AlignDevicesHookBase {
 
 /// True when `module`'s hook (or a hook of its chain) is an AlignDevicesHook that offloads.
 inline bool has_offloaded_params(const nn::Module& module) {
-  const auto* h = dynamic_cast<const AlignDevicesHookBase*>(module.hook().get());
-  if (h) return h->offload();
   if (const auto* seq = dynamic_cast<const SequentialHook<HookList>*>(module.hook().get())) {
-    for (const auto& inner : seq->hooks()) {
-      const auto* a = dynamic_cast<const AlignDevicesHookBase*>(inner.get());
-      if (a && a->offload()) return true;
-    }
+    return std::any_of(seq->hooks().begin(), seq->hooks().end(), [](const std::shared_ptr<nn::ModuleHook>& h) {
+      const auto* a = dynamic_cast<const AlignDevicesHookBase*>(h.get());
+      return a && a->offload();
+    });
   }
-  return false;
+  const auto* h = find_hook<const AlignDevicesHookBase>(module);
+  return h && h->offload();
 }
 
 }  // namespace accel::hooks

@@ -5,6 +5,7 @@
 //   attach_align_device_hook_on_blocks<Offload>(module, {.execution_device = {{"layers.0", cuda0}, ...},
 //                                                        .offload = {{"layers.0", false}, {"layers.1", true}}, ...})
 //   auto scope = align_module_device(module, device);   weights on `device` until the scope ends
+//   offload_stream(model)                               the WeightStream its offloading hooks share
 //
 // attach_align_device_hook puts one hook on every module that holds tensors of its own (or one
 // hook on a whole module of a `preload_module_classes` class, which then loads its subtree at
@@ -193,6 +194,15 @@ void attach_align_device_hook_on_blocks(nn::Module& module, Device execution_dev
   attach_align_device_hook<Offload>(module, o);
 }
 
+/// The WeightStream the offloading hooks of `root`'s tree share (the first found, in module
+/// order), or null when no hook reads through one: where a caller reads the read-ahead's stats.
+inline std::shared_ptr<WeightStream> offload_stream(nn::Module& root) {
+  for (nn::Module* m : root.modules()) {
+    if (const auto* h = find_hook<AlignDevicesHookBase>(*m); h && h->options().stream) return h->options().stream;
+  }
+  return nullptr;
+}
+
 /// While alive, the offloaded weights of every hooked module of a subtree sit on `device` (their
 /// hook's execution device when nullopt), and tensors of modules without an offloading hook are
 /// moved there and back (Accelerate's align_module_device context manager).
@@ -200,7 +210,7 @@ class AlignModuleDevice {
  public:
   AlignModuleDevice(nn::Module& module, std::optional<Device> device) {
     for (const auto& [name, m] : module.named_modules()) {
-      auto* hook = dynamic_cast<AlignDevicesHookBase*>(m->hook().get());
+      auto* hook = find_hook<AlignDevicesHookBase>(*m);
       if (hook && hook->offload()) {
         hooked_.push_back({m, hook, hook->options().execution_device});
         if (device) set_device(*hook, *device);
@@ -251,4 +261,5 @@ using hooks::align_module_device;
 using hooks::attach_align_device_hook;
 using hooks::attach_align_device_hook_on_blocks;
 using hooks::attach_execution_device_hook;
+using hooks::offload_stream;
 }  // namespace accel

@@ -5,6 +5,7 @@
 //   SequentialHook<H...>                      a chain fixed at compile time: SequentialHook(a, b, c) deduces it
 //   SequentialHook<HookList>                  the run-time chain: SequentialHook(HookList{pa, pb, pc})
 //   add_hook_to_module(module, hook, append = false)
+//   find_hook<H>(module)                      the module's hook of class H, in a chain or alone
 //   remove_hook_from_module(module, recurse = false)
 //   remove_hook_from_submodules(module)
 //
@@ -20,6 +21,10 @@
 // - add_hook_to_module(append = false) on a module that has a hook runs the old hook's
 //   detach_hook before the new one's init_hook (Accelerate drops the old hook without detaching
 //   it, which leaves an offloading hook's weights on meta for good).
+// - add_hook_to_module(append = true) runs only the new hook's init_hook: the old one stays
+//   attached, as it was, at the head of the chain (Accelerate detaches it and initialises it
+//   again, which re-registers an offloading hook's weights), and a chain grows flat instead of
+//   nesting one SequentialHook in another.
 #pragma once
 
 #include <memory>
@@ -152,17 +157,36 @@ struct is_empty_chain<SequentialHook<>> : std::true_type {};
 }  // namespace detail
 
 /// Attaches `hook` to `module` and returns the module. With `append` and a hook already there,
-/// the two run as a SequentialHook (old first); without, the old hook is detached and replaced.
-/// An empty compile-time chain attaches nothing.
+/// the two run as a SequentialHook (old first; only the new one is initialised, the old one stays
+/// attached); without, the old hook is detached and replaced. An empty compile-time chain
+/// attaches nothing.
 inline nn::Module& add_hook_to_module(nn::Module& module, std::shared_ptr<nn::ModuleHook> hook, bool append = false) {
   if (!hook) throw ValueError("add_hook_to_module(" + module.class_name() + "): the hook is null");
   if (append && module.hook()) {
-    std::shared_ptr<nn::ModuleHook> old = module.hook();
-    module.set_hook(nullptr);  // old.detach_hook, as remove_hook_from_module
-    hook = std::make_shared<SequentialHook<HookList>>(HookList{std::move(old), std::move(hook)});
+    HookList chain;
+    if (const auto* seq = dynamic_cast<const SequentialHook<HookList>*>(module.hook().get())) chain = seq->hooks();
+    else chain.push_back(module.hook());
+    hook->init_hook(module);  // first: if it throws, the module keeps its hook as it was
+    chain.push_back(std::move(hook));
+    module.exchange_hook(std::make_shared<SequentialHook<HookList>>(std::move(chain)));
+    return module;
   }
   module.set_hook(std::move(hook));
   return module;
+}
+
+/// The hook of `module` that is an H: the hook itself, or the first H of its run-time chain;
+/// null when there is none.
+template <class H>
+H* find_hook(const nn::Module& module) {
+  nn::ModuleHook* h = module.hook().get();
+  if (auto* found = dynamic_cast<H*>(h)) return found;
+  if (const auto* seq = dynamic_cast<const SequentialHook<HookList>*>(h)) {
+    for (const auto& inner : seq->hooks()) {
+      if (auto* found = dynamic_cast<H*>(inner.get())) return found;
+    }
+  }
+  return nullptr;
 }
 
 /// add_hook_to_module for a hook given by value (a compile-time chain, or any hook class).
@@ -193,6 +217,7 @@ inline void remove_hook_from_submodules(nn::Module& module) { remove_hook_from_m
 
 namespace accel {
 using hooks::add_hook_to_module;
+using hooks::find_hook;
 using hooks::remove_hook_from_module;
 using hooks::remove_hook_from_submodules;
 }  // namespace accel

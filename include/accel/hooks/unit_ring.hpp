@@ -20,6 +20,8 @@
 // queue, and a buffer holding a unit nobody asked for yet is reused when none is free. A buffer
 // some tensor still views when its unit is released is left to that tensor and replaced.
 // A failed fill is rethrown, typed as it was thrown, by the acquire that waits for the unit.
+// A retired unit (its hook detached) keeps its id but is never read again nor read ahead: the
+// read-ahead skips it, so a hook detached and attached again leaves no stale unit in the ring.
 #pragma once
 
 #include <algorithm>
@@ -72,6 +74,7 @@ class UnitRing {
     std::unique_lock lock(mu_);
     check_id(id);
     Unit& u = units_[id];
+    if (u.retired) throw KeyError(std::string(Derived::name) + ": unit " + std::to_string(id) + " was retired (its hook was detached)");
     if (u.state == State::in_use) return self().views(id, slots_[u.slot]);
     if (depth_ == 0) {
       fill_now(lock, id);
@@ -99,11 +102,13 @@ class UnitRing {
     u.state = State::in_use;
     last_ = id;
     self().on_acquire(id, slots_[u.slot]);
-    for (std::size_t k = 1; k <= depth_ && k < units_.size(); ++k) {
-      const std::size_t next = (id + k) % units_.size();
-      if (units_[next].state == State::idle) {
-        units_[next].state = State::queued;
-        queue_.push_back(next);
+    for (std::size_t k = 1, ahead = 0; ahead < depth_ && k < units_.size(); ++k) {
+      Unit& next = units_[(id + k) % units_.size()];
+      if (next.retired) continue;
+      ++ahead;
+      if (next.state == State::idle) {
+        next.state = State::queued;
+        queue_.push_back((id + k) % units_.size());
       }
     }
     cv_.notify_all();
@@ -124,10 +129,39 @@ class UnitRing {
     cv_.notify_all();
   }
 
+  /// Takes unit `id` out of the schedule for good: it is neither read ahead nor served again
+  /// (acquire is a KeyError), and the buffer it holds goes back to the ring once released.
+  void retire(std::size_t id) {
+    {
+      std::lock_guard lock(mu_);
+      check_id(id);
+      Unit& u = units_[id];
+      u.retired = true;
+      if (u.state == State::queued) {
+        queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+        u.state = State::idle;
+      } else if (u.state == State::ready) {
+        free_slot(u);
+        u.state = State::idle;
+      } else if (u.state == State::failed) {
+        u.error = nullptr;
+        u.state = State::idle;
+      }
+      // reading: the worker frees the buffer when the read ends; in_use: release does.
+    }
+    cv_.notify_all();
+  }
+
   std::size_t depth() const noexcept { return depth_; }
+  /// Units registered, retired ones included (ids are never reused).
   std::size_t units() const {
     std::lock_guard lock(mu_);
     return units_.size();
+  }
+  /// Units registered and not retired: the ones the read-ahead goes through.
+  std::size_t live_units() const {
+    std::lock_guard lock(mu_);
+    return static_cast<std::size_t>(std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return !u.retired; }));
   }
   /// Bytes of the largest unit as laid out in a buffer (what each ring buffer holds).
   std::uint64_t slot_bytes() const {
@@ -197,6 +231,7 @@ class UnitRing {
     State state = State::idle;
     std::size_t slot = 0;
     std::exception_ptr error;
+    bool retired = false;
   };
 
   Derived& self() { return static_cast<Derived&>(*this); }
@@ -309,7 +344,10 @@ class UnitRing {
       }
       read_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       bytes_read_ += bytes;
-      if (error) {
+      if (u.retired) {  // retired while it was read: nobody will ask for it
+        free_slot(u);
+        u.state = State::idle;
+      } else if (error) {
         slots_[u.slot].busy = false;
         u.error = error;
         u.state = State::failed;

@@ -10,7 +10,9 @@
 // (models/rope.hpp), grouped-query attention, SwiGLU MLP, optional q/k/v/o and MLP biases,
 // explicit head_dim, Mistral's sliding window. Class names follow the family ("MistralDecoderLayer"),
 // as `no_split_module_classes` names them. The rotary_emb.inv_freq buffer (f32, non-persistent)
-// holds the frequencies in use, as transformers' does.
+// holds the frequencies in use, as transformers' does. Every child, rotary_emb included, is
+// called through the tree (a ChildRef): a hook on it runs, a replacement is what computes. With
+// an older config's rotary_emb per attention, each attention calls its own.
 #pragma once
 
 #include <algorithm>
@@ -59,6 +61,9 @@ class LlamaRotaryEmbedding : public nn::BasicModule<LlamaRotaryEmbedding<P>, P> 
     inv_freq_ = &this->register_buffer("inv_freq", nn::new_parameter_tensor({dim_ / 2}, DType::f32, 0.0, true), false);
     write_buffer();
   }
+  /// The frequencies for a forward whose positions reach `max_position`: the call path's entry
+  /// (`rotary_emb(max_position)`), so hooks see it.
+  RopeFrequencies forward(std::int64_t max_position) { return frequencies(max_position); }
   /// The frequencies for a forward whose positions reach `max_position` (dynamic rope grows them).
   const RopeFrequencies& frequencies(std::int64_t max_position) {
     if (rope_.rope_type == "dynamic" && dynamic_.update(max_position, max_positions_, rope_, theta_, dim_, freqs_)) {
@@ -97,13 +102,23 @@ class LlamaAttention : public nn::BasicModule<LlamaAttention<P>, P> {
     k_proj_ = this->register_child("k_proj", std::make_shared<L>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, dtype));
     v_proj_ = this->register_child("v_proj", std::make_shared<L>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, dtype));
     o_proj_ = this->register_child("o_proj", std::make_shared<L>(heads_ * head_dim_, c.hidden_size, c.o_bias, dtype));
-    if (c.rotary_per_layer) this->register_module("rotary_emb", std::make_shared<LlamaRotaryEmbedding<P>>(c, prefix));
+    if (c.rotary_per_layer) {
+      this->register_module("rotary_emb", std::make_shared<LlamaRotaryEmbedding<P>>(c, prefix));
+      rotary_emb_ = nn::ChildRef<LlamaRotaryEmbedding<P>>(*this, "rotary_emb");
+    }
   }
 
   /// x [B, T, hidden] at `positions` [T] -> [B, T, hidden]; keys and values go through `cache`.
+  /// `rope`: the model's frequencies; null with a rotary_emb of the attention's own.
   Tensor forward(const Tensor& x, const Tensor& positions, const Tensor& key_mask, const RopeFrequencies* rope,
                  LayerKVCache* cache, std::int64_t past) {
     const std::int64_t B = x.size(0), T = x.size(1);
+    RopeFrequencies own;
+    if (!rope) {
+      if (!rotary_emb_) throw ValueError(this->class_name() + ": no rotary frequencies given and no rotary_emb of its own");
+      own = rotary_emb_(past + T - 1);
+      rope = &own;
+    }
     auto heads = [&](const Tensor& y, std::int64_t h) { return y.view({B, T, h, head_dim_}).transpose(1, 2); };
     Tensor q = heads(q_proj_(x), heads_), k = heads(k_proj_(x), kv_heads_), v = heads(v_proj_(x), kv_heads_);
     q = ops::rotary_embedding(q, positions, rope->inv_freq, rope->attention_scaling);
@@ -117,6 +132,7 @@ class LlamaAttention : public nn::BasicModule<LlamaAttention<P>, P> {
  private:
   std::int64_t heads_, kv_heads_, head_dim_, window_;
   nn::ChildRef<> q_proj_, k_proj_, v_proj_, o_proj_;
+  nn::ChildRef<LlamaRotaryEmbedding<P>> rotary_emb_;  ///< older configs only: one per attention
 };
 
 /// LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).
@@ -187,11 +203,12 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
       layers_.emplace_back(*layers, std::to_string(i));
     }
     norm_ = this->register_child("norm", LlamaDecoderLayer<P>::norm(c, prefix, dtype));
-    // One rotary embedding serves every layer (older transformers kept one per attention: the
-    // buffers are registered there for sizing, and this one computes).
-    auto rot = std::make_shared<LlamaRotaryEmbedding<P>>(c, prefix);
-    if (!c.rotary_per_layer) this->register_module("rotary_emb", rot);
-    rotary_ = rot;
+    // One rotary embedding serves every layer (older transformers kept one per attention, which
+    // then computes its own).
+    if (!c.rotary_per_layer) {
+      this->register_module("rotary_emb", std::make_shared<LlamaRotaryEmbedding<P>>(c, prefix));
+      rotary_emb_ = nn::ChildRef<LlamaRotaryEmbedding<P>>(*this, "rotary_emb");
+    }
     this->set_no_split_modules({prefix + "DecoderLayer"});
   }
   /// input_ids [B, T] -> hidden states [B, T, hidden]; positions continue `cache` when given;
@@ -208,9 +225,11 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
         attention_mask.defined()
             ? detail::position_ids_from_mask(this->class_name(), attention_mask, past, T, input_ids.size(0), h.device())
             : detail::position_ids(past, T, h.device());
-    const RopeFrequencies& rope = rotary_->frequencies(past + T - 1);
+    RopeFrequencies rope;
+    if (rotary_emb_) rope = rotary_emb_(past + T - 1);
+    const RopeFrequencies* shared = rotary_emb_ ? &rope : nullptr;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      h = layers_[i](h, positions, attention_mask, &rope, cache ? &cache->layer(i) : nullptr, past);
+      h = layers_[i](h, positions, attention_mask, shared, cache ? &cache->layer(i) : nullptr, past);
     }
     if (cache) cache->advance(T);
     return norm_(h);
@@ -223,7 +242,7 @@ class LlamaModel : public nn::BasicModule<LlamaModel<P>, P> {
   LlamaConfig config_;
   nn::ChildRef<> embed_tokens_, norm_;
   std::vector<nn::ChildRef<LlamaDecoderLayer<P>>> layers_;
-  std::shared_ptr<LlamaRotaryEmbedding<P>> rotary_;
+  nn::ChildRef<LlamaRotaryEmbedding<P>> rotary_emb_;  ///< empty with a rotary_emb per attention
 };
 
 /// LlamaForCausalLM: model (LlamaModel) and lm_head; returns logits [B, T, vocab].

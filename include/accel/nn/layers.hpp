@@ -53,7 +53,14 @@ class BasicLinear : public BasicModule<BasicLinear<P>, P> {
   /// The bias, or an undefined tensor when the layer has none.
   Tensor bias() const { return detail::slot_tensor(bias_); }
 
-  Tensor forward(const Tensor& x) override { return ops::linear(x, (*weight_)->data, detail::slot_tensor(bias_)); }
+  Tensor forward(const Tensor& x) override {
+    const Tensor& w = (*weight_)->data;
+    // A layer kept in float32 among lower-precision ones (keep_in_fp32_modules) computes in float32.
+    if (w.dtype() == DType::f32 && x.dtype() != DType::f32 && x.is_floating_point()) {
+      return ops::linear(x.to(DType::f32), w, detail::slot_tensor(bias_));
+    }
+    return ops::linear(x, w, detail::slot_tensor(bias_));
+  }
 
  private:
   std::int64_t in_features_, out_features_;

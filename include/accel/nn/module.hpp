@@ -10,7 +10,7 @@
 //   class_name()          what no_split_module_classes matches
 //   execution_device()    where the module computes: its hook's device, else its weights'
 //   operator()(x)         the type-erased entry: one tensor, through the call path below
-//   Module::invoke(m, a...)  the call path: hook pre_forward -> m.forward(a...) -> hook post_forward
+//   Module::invoke(m, a...)  (protected) the call path: hook pre_forward -> m.forward(a...) -> hook post_forward
 //   ChildRef<T>           a parent's handle on a child slot (replace_module takes effect)
 //
 // Names live in one index per module (torch keeps parameters, buffers and children in one
@@ -381,18 +381,6 @@ class Module {
   /// caller that knows the module only as a Module (containers, a parent's replaceable child).
   Tensor operator()(const Tensor& input) { return call_erased(input); }
 
-  /// The call path (see the header comment): `self.forward(args...)` between self's hook's
-  /// pre_forward and post_forward, the arguments keeping their value category.
-  template <class Self, class... Args>
-  static auto invoke(Self& self, Args&&... args) {
-    static_assert(std::is_base_of_v<Module, Self>, "Module::invoke: self must be a Module");
-    using Result = decltype(self.forward(std::forward<Args>(args)...));
-    static_assert(!std::is_reference_v<Result>, "Module::invoke: forward must return a value (tensors are handles)");
-    ModuleHook* hook = static_cast<Module&>(self).hook_.get();
-    if (!hook) return self.forward(std::forward<Args>(args)...);
-    return hooked_call(self, *hook, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
-  }
-
   /// The hook attached to this module (null when none).
   const std::shared_ptr<ModuleHook>& hook() const noexcept { return hook_; }
   /// Attaches `hook` (null removes): the previous hook's detach_hook and the new one's init_hook run.
@@ -400,6 +388,12 @@ class Module {
     if (hook_) hook_->detach_hook(*this);
     hook_ = std::move(hook);
     if (hook_) hook_->init_hook(*this);
+  }
+  /// Puts `hook` in the slot and returns the one it held, running neither's detach_hook nor
+  /// init_hook: for a caller that keeps the old hook attached inside the new one (a chain) and
+  /// has initialised what is new (hooks::add_hook_to_module with append).
+  std::shared_ptr<ModuleHook> exchange_hook(std::shared_ptr<ModuleHook> hook) noexcept {
+    return std::exchange(hook_, std::move(hook));
   }
 
   /// The device this module computes on (Accelerate's execution device): its hook's, else the
@@ -419,6 +413,19 @@ class Module {
   }
 
  protected:
+  /// The call path (see the header comment): `self.forward(args...)` between self's hook's
+  /// pre_forward and post_forward, the arguments keeping their value category. Protected: it
+  /// opens no policy scope, so callers come in through operator() (BasicModule's or this one).
+  template <class Self, class... Args>
+  static auto invoke(Self& self, Args&&... args) {
+    static_assert(std::is_base_of_v<Module, Self>, "Module::invoke: self must be a Module");
+    using Result = decltype(self.forward(std::forward<Args>(args)...));
+    static_assert(!std::is_reference_v<Result>, "Module::invoke: forward must return a value (tensors are handles)");
+    ModuleHook* hook = static_cast<Module&>(self).hook_.get();
+    if (!hook) return self.forward(std::forward<Args>(args)...);
+    return hooked_call(self, *hook, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+  }
+
   /// The type-erased entry behind operator()(const Tensor&); BasicModule overrides it so that the
   /// call runs under its policy scope and reaches its Derived::forward through the same path.
   virtual Tensor call_erased(const Tensor& input) { return invoke(*this, input); }

@@ -38,6 +38,7 @@
 #include "accel/plan/max_memory.hpp"
 #include "accel/plan/model_index.hpp"
 #include "accel/plan/module_sizes.hpp"
+#include "accel/plan/runtime_reserve.hpp"
 #include "accel/policy/policies.hpp"
 
 namespace accel::plan {
@@ -478,7 +479,8 @@ inline DeviceMap infer_auto_device_map(const nn::Module& model, std::nullopt_t =
 
 /// The reserve an offload policy adds: prefetch<N> keeps N more of the largest layers free on the
 /// execution device (the lowest GPU in `max_memory`, else the cpu) for the staging buffers of
-/// weights travelling in while a block computes. Accelerate copies synchronously and keeps one.
+/// weights travelling in while a block computes (read_ahead_reserve: each with the slack of an
+/// aligned read). Accelerate copies synchronously and keeps one.
 template <PolicyBundle P>
 MaxMemory offload_policy_reserve(const nn::Module& model, const MaxMemory& max_memory, const InferOptions& opts) {
   constexpr std::size_t depth = P::offload::prefetch_depth;
@@ -488,8 +490,7 @@ MaxMemory offload_policy_reserve(const nn::Module& model, const MaxMemory& max_m
     // max_memory lists GPUs first, lowest id first: its first key is the lowest GPU when any.
     const Placement exec =
         !max_memory.empty() && max_memory.begin()->first.is_gpu() ? max_memory.begin()->first : Placement::cpu();
-    const ByteSize layer = get_max_layer_size(model, std::nullopt, opts.no_split_module_classes, opts.sizes).max_size;
-    return {{exec, layer * static_cast<std::int64_t>(depth)}};
+    return {{exec, read_ahead_reserve(model, opts.no_split_module_classes, depth, opts.sizes).bytes}};
   }
 }
 

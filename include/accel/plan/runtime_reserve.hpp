@@ -7,6 +7,8 @@
 //   ByteSize kv = estimate_kv_cache_bytes(kv_cache_shape_from_hf_config(config_json, 8192, 1, DType::bf16));
 //   opts.reserve = spread_kv_cache_reserve(kv, {0, 1, 2, 3});
 //   ReadAheadReserve ra = read_ahead_reserve(model, model.no_split_modules(), 2);   prefetch<2>'s ring
+//   GenerationReserve g = generation_reserve(meta_model, config_json, DType::bf16, budgets, tokens, 2);
+//                         KV cache + activations + the ring, the depth lowered to what fits
 #pragma once
 
 #include <cstdint>
@@ -128,10 +130,107 @@ inline ReadAheadReserve read_ahead_reserve(const nn::Module& model, const std::v
   return r;
 }
 
+/// One amount kept free on a device for what runs beside the weights, and why.
+struct Reservation {
+  std::string what;
+  Placement device;
+  ByteSize bytes{};
+};
+
+/// What generation needs beside the weights on the device that computes, and the read-ahead
+/// depth that fits there (generation_reserve).
+struct GenerationReserve {
+  /// The KV cache, one block's activations and, when blocks stream, the read-ahead ring.
+  std::vector<Reservation> reservations;
+  /// Where they are kept: the first GPU with a budget, else the cpu; its budget (none: unbounded).
+  Placement device = Placement::cpu();
+  std::optional<ByteSize> budget{};
+  /// The read-ahead depth asked for, and the one in force: lower when the budget cannot hold
+  /// the asked ring beside the rest (a promise kept beats a deeper ring).
+  std::size_t asked_depth = 0, depth = 0;
+  /// One ring buffer (the largest layer, with read slack) and its layer's name.
+  ByteSize layer{};
+  std::string largest_layer;
+  /// True when every weight fits on `device` beside the rest: nothing streams, no ring is kept.
+  bool all_fit = false;
+
+  /// The reservations as a reserve for the planner (InferOptions::reserve).
+  MaxMemory reserve() const {
+    MaxMemory out;
+    for (const auto& r : reservations) out.add(r.device, r.bytes);
+    return out;
+  }
+};
+
+/// What generating `tokens` tokens (prompt and new ones; 0: none) with `model` needs beside its
+/// weights, planned under `budgets` with read-ahead `depth` (prefetch<depth>; 0: sync_offload).
+/// `model` is the model as it will be loaded (on meta, quantized layers already swapped in) and
+/// `config` its config.json: the KV cache for `tokens` in `dtype`; one block's activations in the
+/// prompt's forward, in f32 (a few hidden states and MLP intermediates, the scores of every head);
+/// and, unless every weight fits beside them and the one layer the planner keeps for the block
+/// that computes (Accelerate's rule), `depth` more buffers of the largest layer, the depth lowered
+/// until they fit. ValueError when `tokens` > 0 and the budget cannot hold one block beside the KV
+/// cache and the activations.
+inline GenerationReserve generation_reserve(const nn::Module& model, const nlohmann::json& config, DType dtype,
+                                            const MaxMemory& budgets, std::int64_t tokens, std::size_t depth) {
+  GenerationReserve out;
+  for (const auto& [k, v] : budgets) {
+    if (k.is_gpu()) {
+      out.device = k;
+      break;
+    }
+  }
+  out.asked_depth = out.depth = depth;
+  ByteSize kv{}, act{};
+  if (tokens > 0) {
+    kv = estimate_kv_cache_bytes(kv_cache_shape_from_hf_config(config, tokens, 1, dtype));
+    out.reservations.push_back({"KV cache for " + std::to_string(tokens) + " tokens", out.device, kv});
+    auto count = [&](const char* key, std::int64_t fallback) {
+      const auto it = config.find(key);
+      return it != config.end() && it->is_number_integer() && it->get<std::int64_t>() > 0 ? it->get<std::int64_t>() : fallback;
+    };
+    const std::int64_t hidden = count("hidden_size", count("n_embd", 0));
+    const std::int64_t inter = count("intermediate_size", count("n_inner", 4 * hidden));
+    const std::int64_t heads = count("num_attention_heads", count("n_head", 1));
+    const double bytes = 4.0 * static_cast<double>(tokens) *
+                         (6.0 * static_cast<double>(hidden) + 3.0 * static_cast<double>(inter) +
+                          static_cast<double>(heads) * static_cast<double>(tokens));
+    act = ByteSize(static_cast<std::int64_t>(bytes));
+    out.reservations.push_back({"activations of one block", out.device, act});
+  }
+  const ReadAheadReserve ring = read_ahead_reserve(model, model.no_split_modules(), 1, {.dtype = dtype, .special_dtypes = {}});
+  out.layer = ring.layer;
+  out.largest_layer = ring.largest_layer;
+  ByteSize weights{};
+  for (const auto& [name, t] : model.named_parameters()) weights += ByteSize(static_cast<std::int64_t>(t.nbytes()));
+  const ByteSize* budget = budgets.find(out.device);
+  if (budget) out.budget = *budget;
+  const ByteSize fixed = kv + act;
+  out.all_fit = budget && weights + fixed + out.layer <= *budget;
+  if (budget && !out.all_fit) {
+    // Generation's needs were asked for and cannot be kept: say so rather than break the promise.
+    // (Without them the plan is Accelerate's, which runs whatever the budget.)
+    if (tokens > 0 && fixed + out.layer > *budget) {
+      throw ValueError("max_memory: " + out.device.str() + " = " + budget->str() + " bytes cannot hold one block of the model (" +
+                       out.layer.str() + " bytes, " + out.largest_layer + ") beside the KV cache and activations (" +
+                       fixed.str() + " bytes)");
+    }
+    while (out.depth > 0 && fixed + out.layer * static_cast<std::int64_t>(out.depth + 1) > *budget) --out.depth;
+  }
+  if (out.depth > 0 && !out.all_fit) {
+    out.reservations.push_back({"read-ahead (" + std::to_string(out.depth) + " x the largest layer, " + out.largest_layer +
+                                    ", beside the one the planner keeps)",
+                                out.device, out.layer * static_cast<std::int64_t>(out.depth)});
+  }
+  return out;
+}
+
 }  // namespace accel::plan
 
 namespace accel {
 using plan::estimate_kv_cache_bytes;
+using plan::generation_reserve;
+using plan::GenerationReserve;
 using plan::kv_cache_shape;
 using plan::kv_cache_shape_from_hf_config;
 using plan::KVCacheShape;

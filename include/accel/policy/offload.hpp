@@ -5,12 +5,16 @@
 // behaviour, weights copied in before a block's forward and dropped after. prefetch<N>: the
 // next N blocks' weights travel (pinned staging ring + copy stream on CUDA, read-ahead thread
 // for disk) while the current block computes. The default of a policy bundle is no_offload.
+// with_offload_depth(n, f) turns a run-time depth into the tag, in one place.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <type_traits>
+
+#include "accel/core/errors.hpp"
 
 #include "accel/policy/kind.hpp"
 
@@ -58,6 +62,26 @@ inline constexpr bool is_offload_v = std::is_base_of_v<offload_tag, T>;
 /// An offload tag: no_offload, sync_offload or prefetch<N>.
 template <class T>
 concept Offload = is_offload_v<T>;
+
+/// The deepest read-ahead with_offload_depth has an instantiation for.
+inline constexpr std::size_t max_compiled_prefetch_depth = 4;
+
+/// Calls f(tag) with the offload tag a run-time depth names: sync_offload for 0, prefetch<N> for
+/// N in 1..max_compiled_prefetch_depth; the one place a run-time choice (a CLI flag, a config
+/// file) becomes a compile-time policy. ValueError past the compiled depths.
+template <class F>
+decltype(auto) with_offload_depth(std::size_t depth, F&& f) {
+  switch (depth) {
+    case 0: return f(sync_offload{});
+    case 1: return f(prefetch<1>{});
+    case 2: return f(prefetch<2>{});
+    case 3: return f(prefetch<3>{});
+    case 4: return f(prefetch<4>{});
+    default:
+      throw ValueError("offload: prefetch:" + std::to_string(depth) + " is out of range (sync, or prefetch:1 to prefetch:" +
+                       std::to_string(max_compiled_prefetch_depth) + ")");
+  }
+}
 
 /// The offload kind of a policy bundle (see kind.hpp for what each member is for).
 struct offload_kind {
