@@ -32,6 +32,7 @@
 #include "accel/core/memory_stats.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
+#include "accel/quant/auto_quantizer.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
 #include "accel/quant/quanto.hpp"
@@ -85,16 +86,6 @@ inline AnyQuantizer run_quantizer(const std::string& option, const std::string& 
   }
   if (scheme == "fp8") return quant::TorchAoQuantizer({.quant_type = "float8wo"});
   throw UsageError(option + ": '" + scheme + "' is not a scheme here (" + run_quantize_schemes + ")");
-}
-
-/// The layers of `model` that compute on quantized weights (every backend's layer class).
-inline std::size_t count_quantized_layers(const nn::Module& model) {
-  std::size_t n = 0;
-  for (const auto& [name, m] : model.named_modules()) {
-    const auto& c = m->class_name();
-    n += c == "Linear4bit" || c == "Linear8bitLt" || c == "GGUFLinear" || c == "AffineQuantizedLinear";
-  }
-  return n;
 }
 
 /// The Quanto weight type of an `accel quantize --scheme quanto-TYPE`, or nullopt for another scheme.
@@ -160,7 +151,7 @@ inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
   if (config.contains("quantization_config")) {
     throw ValueError((r.in / "config.json").string() + ": the model is quantized already");
   }
-  const DType dtype = r.dtype.value_or(dispatch::detail::config_dtype(config, (r.in / "config.json").string()).value_or(DType::f32));
+  const DType dtype = r.dtype.value_or(dispatch::config_dtype(config, (r.in / "config.json").string()).value_or(DType::f32));
   const std::optional<std::string> quanto = quanto_scheme(r.scheme);
   const quant::BitsAndBytesConfig bnb = quanto ? quant::BitsAndBytesConfig{} : bnb_scheme_config("--scheme", r.scheme, r.double_quant, dtype);
   const dispatch::AnyQuantizer quantizer = quanto ? dispatch::AnyQuantizer(quant::QuantoQuantizer({.weights_dtype = *quanto}))
@@ -172,7 +163,7 @@ inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
   bar.finish();
   q.model_type = p.model->info().model_type;
   q.dtype = p.dtype;
-  q.swapped = count_quantized_layers(p.model->module());
+  q.swapped = quant::count_quantized_layers(p.model->module());
   for (const auto& f : io::resolve_checkpoint_files(io::resolve_checkpoint_folder(r.in).path.string())) {
     q.input_bytes += static_cast<double>(std::filesystem::file_size(f));
   }

@@ -67,6 +67,8 @@
 #include "accel/quant/quant.hpp"
 #include "accel/dist/dist.hpp"
 
+#include "accel/engine/from_pretrained.hpp"
+
 #if defined(ACCEL_WITH_CUDA)
 #include "accel/backend/cuda/runtime.hpp"
 #endif

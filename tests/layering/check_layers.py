@@ -8,7 +8,7 @@ import re
 import sys
 
 ORDER = ["core", "backend", "policy", "ops", "nested", "nn", "models", "tokenize", "io", "plan", "hooks", "dispatch",
-         "quant", "dist", "utils"]
+         "quant", "dist", "utils", "engine"]
 # Quoted and angle-bracket includes alike: a header cannot reach a later layer either way.
 INCLUDE = re.compile(r'^\s*#\s*include\s+["<]accel/([a-z_]+)/')
 

@@ -4,6 +4,7 @@
 //
 //   auto p = dispatch::load_pretrained_causal_lm("tiny-llama/", {.dtype = DType::bf16});
 //   models::generate(*p.model, ids, {.max_new_tokens = 16});
+//   config_dtype(config_json, source)    the dtype config.json names, if any
 //
 // The model is built on meta from config.json, then load_checkpoint_in_model fills it (each
 // tensor read once, converted once). The checkpoint is what io::resolve_checkpoint_folder finds in
@@ -124,6 +125,10 @@ inline nlohmann::json read_config_json(const std::filesystem::path& path) {
   // Regular files only (a FIFO or a folder is an error, never a wait), nesting bounded.
   return read_json_file(path.string(), file_json_limits, std::size_t{1} << 24);
 }
+}  // namespace detail
+
+/// The dtype config.json names (torch_dtype, or transformers' newer dtype); nullopt for "auto" or
+/// none. FormatError naming `source` and the key for a dtype it does not know.
 inline std::optional<DType> config_dtype(const nlohmann::json& j, const std::string& source) {
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!j.contains(key) || !j[key].is_string()) continue;
@@ -134,7 +139,6 @@ inline std::optional<DType> config_dtype(const nlohmann::json& j, const std::str
   }
   return std::nullopt;
 }
-}  // namespace detail
 
 namespace detail {
 /// The entries of `dm` under module `base`, named relative to it (a base-model checkpoint is
@@ -189,7 +193,7 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
     options.quantizer->validate_environment();
     dtype = options.quantizer->update_torch_dtype(dtype);
   }
-  out.dtype = dtype.value_or(detail::config_dtype(out.config, config_path.string()).value_or(DType::f32));
+  out.dtype = dtype.value_or(config_dtype(out.config, config_path.string()).value_or(DType::f32));
   {
     auto guard = nn::init_empty_weights(/*include_buffers=*/false);
     out.model = models::causal_lm_from_hf_config(out.config, out.dtype, config_path.string());

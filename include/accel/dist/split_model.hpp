@@ -328,7 +328,7 @@ SplitModel load_pretrained_split(const PartialState<D>& state, const std::filesy
   const bool gguf = dispatch::is_gguf_model(folder);
   const nlohmann::json config = dispatch::read_model_config(folder);
   const DType dtype = o.dtype.value_or(
-      dispatch::detail::config_dtype(config, (gguf ? folder : folder / "config.json").string()).value_or(DType::f32));
+      dispatch::config_dtype(config, (gguf ? folder : folder / "config.json").string()).value_or(DType::f32));
   o.dtype = dtype;
   SplitModel out;
   if (so.split_map) {

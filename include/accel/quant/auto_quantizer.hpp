@@ -3,11 +3,13 @@
 //
 //   quantizer_from_config(j)       j["quant_method"]: "bitsandbytes", "gguf", "quanto" or "torchao"
 //   quant_methods()                those names
+//   count_quantized_layers(model)  layers of the model computing on quantized weights
 //
 // Each backend's own from_json reads the rest and names what is wrong; an unknown or missing
 // quant_method is a ValueError listing the known ones.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/dispatch/quantizer.hpp"
+#include "accel/nn/module.hpp"
 #include "accel/quant/config_json.hpp"
 #include "accel/quant/bnb_config.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
@@ -25,6 +28,16 @@
 namespace accel::quant {
 
 inline std::vector<std::string> quant_methods() { return {"bitsandbytes", "gguf", "quanto", "torchao"}; }
+
+/// The layers of `model` that compute on quantized weights (every backend's layer class).
+inline std::size_t count_quantized_layers(const nn::Module& model) {
+  std::size_t n = 0;
+  for (const auto& [name, m] : model.named_modules()) {
+    const auto& c = m->class_name();
+    n += c == "Linear4bit" || c == "Linear8bitLt" || c == "GGUFLinear" || c == "AffineQuantizedLinear";
+  }
+  return n;
+}
 
 /// The backend of a quantization_config JSON object (see the header comment).
 inline AnyQuantizer quantizer_from_config(const nlohmann::json& j) {

@@ -1,0 +1,117 @@
+// engine/: from_pretrained does what `accel run` does before it generates: tokenizer, quantizer
+// (on load, or as the folder was saved, through the one registry), placement with generation's
+// reserve and the read-ahead depth that fits, for a folder and a GGUF file.
+#include <catch2/catch.hpp>
+
+#include "../temp_dir.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "accel/engine/from_pretrained.hpp"
+#include "accel/io/checkpoint_files.hpp"
+#include "accel/io/gguf_model.hpp"
+#include "accel/io/gguf_write.hpp"
+#include "accel/io/load_state_dict.hpp"
+#include "accel/models/generate.hpp"
+#include "accel/quant/bnb_quantizer.hpp"
+
+namespace fs = std::filesystem;
+using namespace accel;
+
+namespace {
+
+fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) / "tests" / "data" / "models" / name; }
+
+Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{3, 1, 4, 1, 5, 9}, Shape{1, 6}); }
+
+std::vector<float> logits(const engine::LoadedModel& m) { return m.model().logits(prompt()).to(DType::f32).to_vector<float>(); }
+
+}  // namespace
+
+TEST_CASE("from_pretrained loads a folder as it is, with its tokenizer when it has one", "[engine]") {
+  const auto plain = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false});
+  const std::vector<float> want = plain.model->logits(prompt()).to_vector<float>();
+  auto m = engine::from_pretrained(model_dir("tiny_llama"));
+  CHECK(logits(m) == want);
+  CHECK(m.tokenizer.has_value() == fs::is_regular_file(model_dir("tiny_llama") / "tokenizer.json"));
+  CHECK_FALSE(m.quantization);
+  CHECK(m.placed_bytes().empty());
+  CHECK_FALSE(m.offload_stream());
+  CHECK_FALSE(engine::from_pretrained(model_dir("tiny_llama"), {.with_tokenizer = false}).tokenizer);
+}
+
+TEST_CASE("from_pretrained places under a budget with generation's reserve and a read-ahead that fits", "[engine]") {
+  const auto plain = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false});
+  const std::vector<float> want = plain.model->logits(prompt()).to_vector<float>();
+  std::int64_t weights = 0;
+  for (const auto& [n, t] : plain.model->module().named_parameters()) weights += static_cast<std::int64_t>(t.nbytes());
+  for (const std::size_t depth : {0, 1, 3}) {
+    INFO("offload_depth " << depth);
+    auto m = engine::from_pretrained(model_dir("tiny_llama"),
+                                     {.device_map = std::string("auto"),
+                                      .max_memory = plan::MaxMemory{{Placement::cpu(), ByteSize(weights * 3 / 2)}},
+                                      .offload_depth = depth, .reserve_tokens = 16});
+    REQUIRE(m.generation);
+    CHECK(m.generation->asked_depth == depth);
+    CHECK(m.offload_depth == std::min<std::size_t>(depth, 1));  // the budget holds one buffer beside the computing block
+    CHECK(m.generation->reservations.front().what.starts_with("KV cache for 16 tokens"));
+    // With a ring to keep, blocks go to disk and stream at the depth in force (sync_offload keeps
+    // none: the plan then fits the weights beside the KV cache and activations).
+    const auto placed = m.placed_bytes();
+    CHECK(placed.count("disk") == (depth > 0 ? 1u : 0u));
+    if (const auto stream = m.offload_stream(); depth > 0) {
+      REQUIRE(stream);
+      CHECK(stream->depth() == m.offload_depth);
+    }
+    CHECK(logits(m) == want);
+  }
+  CHECK_THROWS_AS(engine::from_pretrained(model_dir("tiny_llama"), {.offload_depth = policy::max_compiled_prefetch_depth + 1}),
+                  ValueError);
+}
+
+TEST_CASE("from_pretrained quantizes on load and reads a quantized folder through the registry", "[engine]") {
+  accel_test::TempDir dir;
+  const quant::BitsAndBytesConfig nf4{.load_in_4bit = true, .bnb_4bit_quant_type = quant::BnbQuantType::nf4};
+  auto q = engine::from_pretrained(model_dir("tiny_llama"), {.quantize = quant::BnbQuantizer(nf4)});
+  REQUIRE(q.quantization);
+  CHECK(*q.quantization == "bitsandbytes");
+  CHECK(q.quantized_layers > 0);
+  const std::vector<float> on_load = logits(q);
+  // Saved, then loaded as it was saved: config.json's quantization_config picks the backend.
+  const auto config = nlohmann::json::parse(std::ifstream(model_dir("tiny_llama") / "config.json"));
+  quant::save_bnb_model(q.model().module(), config, dir.str(), nf4);
+  auto saved = engine::from_pretrained(dir.path);
+  REQUIRE(saved.quantization);
+  CHECK(*saved.quantization == "bitsandbytes");
+  CHECK(saved.quantized_layers == q.quantized_layers);
+  CHECK(logits(saved) == on_load);
+  // Quantizing what is quantized already names the folder.
+  CHECK_THROWS_WITH(engine::from_pretrained(dir.path, {.quantize = quant::BnbQuantizer(nf4)}),
+                    Catch::Contains(dir.str()) && Catch::Contains("quantized already"));
+}
+
+TEST_CASE("from_pretrained keeps a GGUF file's blocks and reads its tokenizer", "[engine]") {
+  accel_test::TempDir dir;
+  const std::string file = dir.file("model.gguf");
+  const auto config = nlohmann::json::parse(std::ifstream(model_dir("tiny_llama") / "config.json"));
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const auto& [k, t] : io::load_state_dict(io::resolve_checkpoint_folder(model_dir("tiny_llama")).path.string())) {
+    weights.emplace_back(k, t);
+  }
+  io::save_gguf_model(file, config, weights);
+  auto m = engine::from_pretrained(file);
+  REQUIRE(m.quantization);
+  CHECK(*m.quantization == "gguf");
+  CHECK(m.pretrained.dtype == DType::f32);  // the file's own float dtype
+  CHECK_FALSE(m.tokenizer);                  // the file was written without one
+  const auto plain = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false});
+  const std::vector<float> want = plain.model->logits(prompt()).to_vector<float>(), got = logits(m);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-4));
+  CHECK_THROWS_WITH(engine::from_pretrained(file, {.quantize = quant::BnbQuantizer({.load_in_8bit = true})}),
+                    Catch::Contains("GGUF"));
+}
