@@ -139,10 +139,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
                      req.generation.max_new_tokens;
   o.max_memory = req.max_memory;
   o.offload_folder = req.offload_folder;
-  const auto is_strategy = [](const std::string& s) {
-    return s == "auto" || s == "balanced" || s == "balanced_low_0" || s == "sequential";
-  };
-  if (req.device_map && is_strategy(*req.device_map)) {
+  if (req.device_map && dispatch::is_device_map_strategy(*req.device_map)) {
     o.device_map = *req.device_map;
   } else if (req.device_map && split) {
     o.split_map = dist::split_device_map_from_json(read_json_file(*req.device_map, file_json_limits, std::size_t{1} << 26));

@@ -201,19 +201,19 @@ TEST_CASE("Every format and every placement gives the same logits", "[dispatch][
       // Half the weights on the CPU and the rest on disk, under each policy, from each format.
       MaxMemory half;
       half.add(Placement::cpu(), ByteSize(total / 2));
-      auto placed = [&]<class Offload>(Offload) {
-        INFO("prefetch depth " << Offload::prefetch_depth);
-        dispatch::PretrainedModel p = dispatch::load_pretrained_causal_lm<Offload>(folder.str(), {.show_progress = false, .device_map = std::string("auto"),
-                                                                             .max_memory = half});
+      auto placed = [&](std::size_t depth) {
+        INFO("prefetch depth " << depth);
+        dispatch::PretrainedModel p = dispatch::load_pretrained_causal_lm(
+            folder.str(), {.show_progress = false, .device_map = std::string("auto"), .max_memory = half, .offload_depth = depth});
         bool disk = false;
         for (const auto& [k, where] : *p.device_map) disk |= where.is_disk();
         CHECK(disk);
         CHECK(p.model->logits(prompt()).to_vector<float>() == ref.logits);
         CHECK(models::generate(*p.model, prompt(), greedy).new_tokens == ref.tokens);
       };
-      placed(policy::sync_offload{});
-      placed(policy::prefetch<1>{});
-      placed(policy::prefetch<2>{});
+      placed(0);
+      placed(1);
+      placed(2);
     }
   }
 }
@@ -380,9 +380,9 @@ TEST_CASE("load_pretrained_causal_lm keeps what generation needs free and lowers
   const ByteSize budget = fixed + roomy.layer * 2 + ByteSize(roomy.layer.floor_bytes() / 2);
   REQUIRE(budget < fixed + roomy.layer + ByteSize(weights));  // so blocks stream
 
-  auto p = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+  auto p = dispatch::load_pretrained_causal_lm(
       model_dir("tiny_llama"), {.show_progress = false, .device_map = std::string("auto"),
-                                .max_memory = MaxMemory{{Placement::cpu(), budget}}, .reserve_tokens = tokens});
+                                .max_memory = MaxMemory{{Placement::cpu(), budget}}, .reserve_tokens = tokens, .offload_depth = 2});
   REQUIRE(p.generation);
   CHECK(p.generation->asked_depth == 2);
   CHECK(p.offload_depth == 1);
@@ -403,9 +403,9 @@ TEST_CASE("load_pretrained_causal_lm keeps what generation needs free and lowers
   // Without reserve_tokens the ring alone is kept: three layers' room holds the asked depth.
   const ByteSize ring_only = roomy.layer * 3;
   REQUIRE(ring_only < roomy.layer + ByteSize(weights));
-  auto q = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+  auto q = dispatch::load_pretrained_causal_lm(
       model_dir("tiny_llama"), {.show_progress = false, .device_map = std::string("auto"),
-                                .max_memory = MaxMemory{{Placement::cpu(), ring_only}}});
+                                .max_memory = MaxMemory{{Placement::cpu(), ring_only}}, .offload_depth = 2});
   REQUIRE(q.generation);
   CHECK(q.offload_depth == 2);
   REQUIRE(q.generation->reservations.size() == 1);
@@ -435,4 +435,40 @@ TEST_CASE("load_pretrained_causal_lm keeps keep_in_fp32_modules in float32", "[d
   const std::vector<float> got = logits.to_vector<float>();
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(0.02).margin(0.02));
+}
+
+namespace {
+/// A backend that quantizes nothing and answers `placement` when it is given no map (a given map
+/// is kept).
+struct PlacingQuantizer : dispatch::QuantizerDefaults {
+  explicit PlacingQuantizer(plan::DeviceMap p) : placement(std::move(p)) {}
+  plan::DeviceMap placement;
+  std::string name() const { return "placing"; }
+  std::optional<plan::DeviceMap> update_device_map(std::optional<plan::DeviceMap> given) {
+    return given ? given : std::optional(placement);
+  }
+};
+}  // namespace
+
+TEST_CASE("load_pretrained_causal_lm consults the quantizer's update_device_map for a map or none", "[dispatch]") {
+  const Reference ref = reference("tiny_llama");
+  plan::DeviceMap head_on_disk, cpu;
+  head_on_disk.set("model", Placement::cpu());
+  head_on_disk.set("lm_head", Placement::disk());
+  cpu.set("", Placement::cpu());
+  // No map: the quantizer's placement is used, the head streamed from disk.
+  auto placed = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"),
+                                                    {.show_progress = false, .quantizer = PlacingQuantizer(head_on_disk)});
+  REQUIRE(placed.device_map);
+  CHECK(placed.device_map->lookup("lm_head.weight") == Placement::disk());
+  CHECK(hooks::has_offloaded_params(placed.model->module().get_submodule("lm_head")));
+  CHECK(placed.model->logits(prompt()).to_vector<float>() == ref.logits);
+  // A given map is the quantizer's to keep; "all on the CPU" for no map leaves the model unplaced.
+  auto kept = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false, .device_map = cpu,
+                                                                          .quantizer = PlacingQuantizer(head_on_disk)});
+  CHECK(kept.device_map == cpu);
+  auto unplaced = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"),
+                                                      {.show_progress = false, .quantizer = PlacingQuantizer(cpu)});
+  CHECK_FALSE(unplaced.device_map);
+  CHECK(unplaced.model->logits(prompt()).to_vector<float>() == ref.logits);
 }

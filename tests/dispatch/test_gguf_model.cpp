@@ -109,17 +109,17 @@ TEST_CASE("A GGUF file of each test model loads as the same model", "[dispatch][
     for (const auto& t : ck.file().tensors()) total += static_cast<std::int64_t>(t.nbytes);
     MaxMemory half;
     half.add(Placement::cpu(), ByteSize(total / 2));
-    auto placed = [&]<class Offload>(Offload) {
-      INFO("prefetch depth " << Offload::prefetch_depth);
-      auto q = dispatch::load_pretrained_causal_lm<Offload>(
-          file, {.show_progress = false, .device_map = std::string("auto"), .max_memory = half});
+    auto placed = [&](std::size_t depth) {
+      INFO("prefetch depth " << depth);
+      auto q = dispatch::load_pretrained_causal_lm(
+          file, {.show_progress = false, .device_map = std::string("auto"), .max_memory = half, .offload_depth = depth});
       bool disk = false;
       for (const auto& [k, where] : *q.device_map) disk |= where.is_disk();
       CHECK(disk);
       CHECK(logits_of(q) == ref);
     };
-    placed(policy::sync_offload{});
-    placed(policy::prefetch<2>{});
+    placed(0);
+    placed(2);
   }
 }
 

@@ -17,7 +17,10 @@
 #include "accel/io/gguf_write.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/models/generate.hpp"
+#include "accel/io/sharding.hpp"
 #include "accel/quant/bnb_quantizer.hpp"
+#include "accel/quant/quanto.hpp"
+#include "accel/quant/torchao.hpp"
 
 namespace fs = std::filesystem;
 using namespace accel;
@@ -29,6 +32,14 @@ fs::path model_dir(const std::string& name) { return fs::path(ACCEL_SOURCE_DIR) 
 Tensor prompt() { return Tensor::from_vector(std::vector<std::int64_t>{3, 1, 4, 1, 5, 9}, Shape{1, 6}); }
 
 std::vector<float> logits(const engine::LoadedModel& m) { return m.model().logits(prompt()).to(DType::f32).to_vector<float>(); }
+
+nlohmann::json read_config(const fs::path& folder) { return nlohmann::json::parse(std::ifstream(folder / "config.json")); }
+
+std::int64_t weight_bytes(const engine::LoadedModel& m) {
+  std::int64_t n = 0;
+  for (const auto& [name, t] : m.model().module().named_parameters()) n += static_cast<std::int64_t>(t.nbytes());
+  return n;
+}
 
 }  // namespace
 
@@ -114,4 +125,80 @@ TEST_CASE("from_pretrained keeps a GGUF file's blocks and reads its tokenizer", 
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-4));
   CHECK_THROWS_WITH(engine::from_pretrained(file, {.quantize = quant::BnbQuantizer({.load_in_8bit = true})}),
                     Catch::Contains("GGUF"));
+}
+
+TEST_CASE("from_pretrained reads every checkpoint format a folder holds, placed or not", "[engine][formats]") {
+  const auto plain = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false});
+  const std::vector<float> want = plain.model->logits(prompt()).to_vector<float>();
+  const io::StateDict weights = io::load_state_dict(io::resolve_checkpoint_folder(model_dir("tiny_llama")).path.string());
+  std::int64_t total = 0;
+  for (const auto& [n, t] : weights) total += static_cast<std::int64_t>(t.nbytes());
+  for (const auto& [label, shard, safe] : std::vector<std::tuple<std::string, std::int64_t, bool>>{
+           {"safetensors shards", total / 4, true}, {"pytorch_model.bin", total * 2, false}, {".bin shards", total / 4, false}}) {
+    INFO(label);
+    accel_test::TempDir folder;
+    fs::copy_file(model_dir("tiny_llama") / "config.json", folder.file("config.json"));
+    io::save_sharded(weights, folder.str(), shard, safe);
+    CHECK(logits(engine::from_pretrained(folder.path)) == want);
+    // Half on disk: a .bin checkpoint's disk weights are written to the offload folder first.
+    auto placed = engine::from_pretrained(folder.path, {.device_map = std::string("auto"),
+                                                        .max_memory = plan::MaxMemory{{Placement::cpu(), ByteSize(total / 2)}},
+                                                        .offload_depth = 1});
+    CHECK(placed.placed_bytes().count("disk") == 1);
+    CHECK(logits(placed) == want);
+  }
+}
+
+TEST_CASE("from_pretrained loads Quanto and TorchAO folders through the registry, in memory and placed", "[engine][quant]") {
+  const auto config = read_config(model_dir("tiny_llama"));
+  // Quanto: quantized on load, saved as Diffusers saves it, read back as stored.
+  auto q = engine::from_pretrained(model_dir("tiny_llama"), {.quantize = quant::QuantoQuantizer({.weights_dtype = "int8"})});
+  REQUIRE(q.quantization);
+  CHECK(*q.quantization == "quanto");
+  REQUIRE(q.quantized_layers > 0);
+  const std::vector<float> on_load = logits(q);
+  accel_test::TempDir quanto;
+  quant::save_quanto_model(q.model().module(), config, quanto.path, q.pretrained.dtype);
+  auto saved = engine::from_pretrained(quanto.path);
+  REQUIRE(saved.quantization);
+  CHECK(*saved.quantization == "quanto");
+  CHECK(saved.quantized_layers == q.quantized_layers);
+  CHECK(logits(saved) == on_load);
+  // Placed with part of it on disk: the codes and scales stream in and compute the same.
+  auto placed = engine::from_pretrained(quanto.path, {.device_map = std::string("auto"),
+                                                      .max_memory = plan::MaxMemory{{Placement::cpu(), ByteSize(weight_bytes(saved) / 2)}},
+                                                      .offload_depth = 2});
+  CHECK(placed.placed_bytes().count("disk") == 1);
+  CHECK(placed.quantized_layers == q.quantized_layers);
+  CHECK(logits(placed) == on_load);
+
+  // TorchAO: a config naming it over float weights quantizes them on load, as on load by hand.
+  const quant::TorchAoConfig int8wo{.quant_type = "int8wo"};
+  auto by_hand = engine::from_pretrained(model_dir("tiny_llama"), {.dtype = DType::f32, .quantize = quant::TorchAoQuantizer(int8wo)});
+  accel_test::TempDir torchao;
+  nlohmann::json with_config = config;
+  with_config["quantization_config"] = int8wo.to_json();
+  std::ofstream(torchao.file("config.json")) << with_config.dump(2);
+  fs::copy_file(io::resolve_checkpoint_folder(model_dir("tiny_llama")).path, torchao.file("model.safetensors"));
+  auto from_config = engine::from_pretrained(torchao.path, {.dtype = DType::f32});
+  REQUIRE(from_config.quantization);
+  CHECK(*from_config.quantization == "torchao");
+  CHECK(from_config.quantized_layers == by_hand.quantized_layers);
+  CHECK(from_config.quantized_layers > 0);
+  CHECK(logits(from_config) == logits(by_hand));
+}
+
+TEST_CASE("from_pretrained places a model quantized on load under a budget, blocks streaming", "[engine][quant]") {
+  const quant::BitsAndBytesConfig nf4{.load_in_4bit = true, .bnb_4bit_quant_type = quant::BnbQuantType::nf4};
+  auto whole = engine::from_pretrained(model_dir("tiny_llama"), {.quantize = quant::BnbQuantizer(nf4)});
+  const std::vector<float> want = logits(whole);
+  auto placed = engine::from_pretrained(model_dir("tiny_llama"),
+                                        {.device_map = std::string("auto"),
+                                         .max_memory = plan::MaxMemory{{Placement::cpu(), ByteSize(weight_bytes(whole) / 2)}},
+                                         .offload_depth = 1, .quantize = quant::BnbQuantizer(nf4)});
+  CHECK(placed.placed_bytes().count("disk") == 1);
+  CHECK(placed.quantized_layers == whole.quantized_layers);
+  REQUIRE(placed.offload_stream());
+  CHECK(placed.offload_stream()->depth() == placed.offload_depth);
+  CHECK(logits(placed) == want);
 }

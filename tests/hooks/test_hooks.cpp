@@ -74,6 +74,22 @@ std::size_t meta_count(const Module& m) {
   return n;
 }
 
+/// Four 64 x 64 layers whose weights are also written to an offload folder, and their output.
+struct OffloadedNet {
+  accel_test::TempDir dir;
+  nn::Sequential net;
+  Tensor x = Tensor::ones({1, 64});
+  std::vector<float> expect;
+  OffloadedNet() {
+    for (int i = 0; i < 4; ++i) net.push_back(linear(64, 64, 0.01f * static_cast<float>(i + 1)));
+    expect = net(x).to_vector<float>();
+    io::StateDict sd;
+    for (const auto& [name, t] : net.state_dict()) sd.insert_or_assign(name, t);
+    io::offload_state_dict(dir.str(), sd);
+  }
+  hooks::WeightsMap on_disk() const { return hooks::WeightsMap(std::make_shared<io::OffloadedWeightsLoader>(std::nullopt, dir.str())); }
+};
+
 }  // namespace
 
 TEST_CASE("add_hook_to_module appends, replaces and removes as Accelerate does", "[hooks]") {
@@ -107,18 +123,11 @@ TEST_CASE("add_hook_to_module appends, replaces and removes as Accelerate does",
 }
 
 TEST_CASE("Chaining a hook onto an offloading one leaves no stale read-ahead unit", "[hooks][align][stream]") {
-  accel_test::TempDir dir;
-  nn::Sequential net;
-  for (int i = 0; i < 4; ++i) net.push_back(linear(64, 64, 0.01f * static_cast<float>(i + 1)));
-  const Tensor x = Tensor::ones({1, 64});
-  const std::vector<float> expect = net(x).to_vector<float>();
-  io::StateDict sd;
-  for (const auto& [name, t] : net.state_dict()) sd.insert_or_assign(name, t);
-  io::offload_state_dict(dir.str(), sd);
+  OffloadedNet o;
+  auto& [dir, net, x, expect] = o;
   auto stream = std::make_shared<hooks::WeightStream>(2);
-  hooks::attach_align_device_hook(net, {.execution_device = Device::cpu(), .offload = true,
-                                        .weights_map = hooks::WeightsMap(std::make_shared<io::OffloadedWeightsLoader>(std::nullopt, dir.str())),
-                                        .stream = stream});
+  hooks::attach_align_device_hook<policy::prefetch<2>>(net, {.execution_device = Device::cpu(), .offload = true,
+                                                             .weights_map = o.on_disk(), .stream = stream});
   REQUIRE(stream->live_units() == 4);
   CHECK(net(x).to_vector<float>() == expect);
 
@@ -147,6 +156,42 @@ TEST_CASE("Chaining a hook onto an offloading one leaves no stale read-ahead uni
   hooks::remove_hook_from_submodules(net);
   CHECK(stream->live_units() == 0);
   CHECK(net(x).to_vector<float>() == expect);
+}
+
+TEST_CASE("The offload policy picks the hooks' instantiation and how they read", "[hooks][align][stream][policy]") {
+  OffloadedNet o;
+  auto& [dir, net, x, expect] = o;
+  const auto on_disk = [&] { return o.on_disk(); };
+
+  // sync_offload: each call reads its weights in the caller's thread, into one buffer.
+  hooks::attach_align_device_hook<policy::sync_offload>(net, {.execution_device = Device::cpu(), .offload = true, .weights_map = on_disk()});
+  REQUIRE(hooks::find_hook<hooks::AlignDevicesHook<policy::sync_offload>>(net.get_submodule("0")) != nullptr);
+  CHECK(hooks::find_hook<hooks::AlignDevicesHook<policy::prefetch<2>>>(net.get_submodule("0")) == nullptr);
+  auto stream = hooks::offload_stream(net);
+  REQUIRE(stream);
+  CHECK(stream->depth() == 0);
+  for (int call = 0; call < 2; ++call) CHECK(net(x).to_vector<float>() == expect);
+  CHECK_FALSE(stream->reading_ahead());
+  CHECK(stream->buffers() == 1);
+  hooks::remove_hook_from_submodules(net);
+
+  // prefetch<2>: a worker reads the next two units while one computes, in a ring of three.
+  hooks::attach_align_device_hook<policy::prefetch<2>>(net, {.execution_device = Device::cpu(), .offload = true, .weights_map = on_disk()});
+  const auto* hook = hooks::find_hook<hooks::AlignDevicesHook<policy::prefetch<2>>>(net.get_submodule("3"));
+  REQUIRE(hook != nullptr);
+  CHECK(hook->prefetch_depth() == 2);
+  stream = hooks::offload_stream(net);
+  CHECK(stream->depth() == 2);
+  for (int call = 0; call < 2; ++call) CHECK(net(x).to_vector<float>() == expect);
+  CHECK(stream->reading_ahead());
+  CHECK(stream->buffers() <= 3);
+  hooks::remove_hook_from_submodules(net);
+
+  // A hook cannot disagree with its policy: no_offload moves nothing, a stream has one depth.
+  CHECK_THROWS_WITH(hooks::AlignDevicesHook<policy::no_offload>({.offload = true}), Catch::Contains("no_offload"));
+  CHECK_THROWS_WITH(hooks::AlignDevicesHook<policy::prefetch<1>>({.offload = true, .stream = std::make_shared<hooks::WeightStream>(2)}),
+                    Catch::Contains("prefetch<1>"));
+  CHECK_NOTHROW(hooks::AlignDevicesHook<policy::no_offload>({.execution_device = Device::cpu()}));
 }
 
 TEST_CASE("A compile-time chain calls its hooks in order; an empty chain attaches nothing", "[hooks]") {

@@ -1,4 +1,4 @@
-// Offload tags: the OffloadMode they stand for and the prefetch depth the planner reserves for.
+// Offload tags: whether they move weights and the prefetch depth the planner reserves for.
 #include <catch2/catch.hpp>
 
 #include <type_traits>
@@ -8,11 +8,11 @@
 
 using namespace accel::policy;
 
-TEST_CASE("offload tags carry an OffloadMode id and agree with their flags", "[policy][offload]") {
-  STATIC_REQUIRE(no_offload::id == OffloadMode::none);
-  STATIC_REQUIRE(sync_offload::id == OffloadMode::sync);
-  STATIC_REQUIRE(prefetch<3>::id == OffloadMode::prefetch);
+TEST_CASE("offload tags say whether weights move and whether they are read ahead", "[policy][offload]") {
   STATIC_REQUIRE_FALSE(no_offload::offloads);
+  STATIC_REQUIRE_FALSE(prefetches_v<no_offload>);
+  STATIC_REQUIRE_FALSE(prefetches_v<sync_offload>);
+  STATIC_REQUIRE(prefetches_v<prefetch<3>>);
   STATIC_REQUIRE(sync_offload::offloads);
   STATIC_REQUIRE(prefetch<1>::offloads);
 }
@@ -37,8 +37,11 @@ TEST_CASE("offload_kind recognises offload tags only", "[policy][offload]") {
 
 TEST_CASE("with_offload_depth turns a run-time depth into its tag, in one place", "[policy][offload]") {
   for (std::size_t depth = 0; depth <= max_compiled_prefetch_depth; ++depth) {
-    const auto got = with_offload_depth(depth, []<class Tag>(Tag) { return std::pair{Tag::id, Tag::prefetch_depth}; });
-    CHECK(got.first == (depth == 0 ? OffloadMode::sync : OffloadMode::prefetch));
+    const auto got = with_offload_depth(depth, []<class Tag>(Tag) {
+      if constexpr (prefetches_v<Tag>) return std::pair{std::is_same_v<Tag, prefetch<Tag::prefetch_depth>>, Tag::prefetch_depth};
+      else return std::pair{std::is_same_v<Tag, sync_offload>, Tag::prefetch_depth};
+    });
+    CHECK(got.first);
     CHECK(got.second == depth);
   }
   CHECK_THROWS_AS(with_offload_depth(max_compiled_prefetch_depth + 1, [](auto) { return 0; }), accel::ValueError);

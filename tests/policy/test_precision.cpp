@@ -1,4 +1,4 @@
-// Precision tags: the dtypes they stand for, their MixedPrecision id and Accelerate's spelling.
+// Precision tags: the dtypes they stand for, their PrecisionType id and Accelerate's spelling.
 #include <catch2/catch.hpp>
 
 #include <type_traits>
@@ -29,16 +29,16 @@ TEST_CASE("every reduced precision converts outputs back to fp32", "[policy][pre
   STATIC_REQUIRE(fp8<e4m3>::convert_outputs_to_fp32);
 }
 
-TEST_CASE("precision tags carry a MixedPrecision id spelled as Accelerate's config does", "[policy][precision]") {
-  STATIC_REQUIRE(fp32::id == MixedPrecision::no);
-  STATIC_REQUIRE(fp16::id == MixedPrecision::fp16);
-  STATIC_REQUIRE(bf16::id == MixedPrecision::bf16);
-  STATIC_REQUIRE(fp8<e5m2>::id == MixedPrecision::fp8);
+TEST_CASE("precision tags carry their PrecisionType, spelled as Accelerate's config does", "[policy][precision]") {
+  STATIC_REQUIRE(fp32::id == PrecisionType::no);
+  STATIC_REQUIRE(fp16::id == PrecisionType::fp16);
+  STATIC_REQUIRE(bf16::id == PrecisionType::bf16);
+  STATIC_REQUIRE(fp8<e5m2>::id == PrecisionType::fp8);
   REQUIRE(fp32::mixed_precision == "no");
   REQUIRE(fp16::mixed_precision == "fp16");
   REQUIRE(bf16::mixed_precision == "bf16");
   REQUIRE(fp8<e4m3>::mixed_precision == "fp8");
-  REQUIRE(to_string(MixedPrecision::bf16) == "bf16");
+  REQUIRE(to_string(PrecisionType::bf16) == "bf16");
 }
 
 TEST_CASE("precision_kind recognises precision tags only", "[policy][precision]") {

@@ -332,9 +332,9 @@ TEST_CASE("weights quantized on load and placed on disk compute what they comput
     REQUIRE(quantized > 0);
     MaxMemory half;
     half.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(quantized / 2)));
-    auto placed = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
+    auto placed = dispatch::load_pretrained_causal_lm(
         model.string(), {.dtype = DType::f32, .show_progress = false, .device_map = std::string("auto"), .max_memory = half,
-                         .quantizer = q});
+                         .quantizer = q, .offload_depth = 2});
     bool disk = false;
     for (const auto& [k, where] : *placed.device_map) disk |= where.is_disk();
     CHECK(disk);

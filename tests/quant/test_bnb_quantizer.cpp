@@ -233,11 +233,12 @@ TEST_CASE("a 4-bit model is planned from its packed sizes", "[bnb]") {
   // (sync_offload: no read-ahead ring to keep beside the weights).
   plan::MaxMemory loose;
   loose.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(qs[""].bytes() * 1.5)));
-  auto p = dispatch::load_pretrained_causal_lm<policy::sync_offload>(model_dir("tiny_llama"), {.dtype = DType::f32,
+  auto p = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.dtype = DType::f32,
                                                                          .show_progress = false,
                                                                          .device_map = std::string("auto"),
                                                                          .max_memory = loose,
-                                                                         .quantizer = q});
+                                                                         .quantizer = q,
+                                                                         .offload_depth = 0});
   REQUIRE(p.device_map);
   CHECK_FALSE(disk(*p.device_map));
   auto unplaced = load(model_dir("tiny_llama"), q);

@@ -585,8 +585,11 @@ TEST_CASE("GgufQuantizer keeps GGUF blocks: swapped layers, planned packed, with
       // Half the packed bytes on disk: the offloaded blocks travel as bytes and compute the same.
       MaxMemory half;
       half.add(Placement::cpu(), ByteSize(static_cast<std::int64_t>(packed_bytes / 2)));
-      auto placed = dispatch::load_pretrained_causal_lm<policy::prefetch<2>>(
-          dir.file("q.gguf"), {.show_progress = false, .device_map = std::string("auto"), .max_memory = half, .quantizer = q});
+      auto placed = dispatch::load_pretrained_causal_lm(dir.file("q.gguf"), {.show_progress = false,
+                                                                             .device_map = std::string("auto"),
+                                                                             .max_memory = half,
+                                                                             .quantizer = q,
+                                                                             .offload_depth = 2});
       bool disk = false;
       for (const auto& [k, where] : *placed.device_map) disk |= where.is_disk();
       CHECK(disk);

@@ -57,7 +57,7 @@ TEST_CASE("PrecisionType maps to dtypes and precision policies", "[utils]") {
   STATIC_REQUIRE(utils::precision_dtype(accel::PrecisionType::fp16) == DType::f16);
   STATIC_REQUIRE(utils::precision_dtype(accel::PrecisionType::bf16) == DType::bf16);
   STATIC_REQUIRE(utils::precision_dtype(accel::PrecisionType::fp8) == DType::f8_e4m3fn);
-  STATIC_REQUIRE(utils::precision_type_of<accel::policy::fp32> == accel::PrecisionType::no);
+  STATIC_REQUIRE(accel::policy::fp32::id == accel::PrecisionType::no);
   const auto storage = utils::with_precision(accel::enum_from_string<accel::PrecisionType>("fp16"),
                                              [](auto tag) { return decltype(tag)::storage_dtype; });
   CHECK(storage == DType::f16);

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -79,12 +80,12 @@ nn::Module& cpu_offload(nn::Module& model, OffloadOptions o = {}) {
     sd = std::move(*o.state_dict);
   } else {
     // The device stage of prefetch<N> copies from page-locked memory without staging.
-    if (Offload::id == policy::OffloadMode::prefetch && exec.is_cuda()) dispatch::detail::pin_cpu_tensors(model);
+    if (policy::prefetches_v<Offload> && exec.is_cuda()) dispatch::detail::pin_cpu_tensors(model);
     for (const auto& [name, t] : model.state_dict()) {
       if (t.defined() && !t.is_meta()) sd.insert_or_assign(name, t.to(Device::cpu()));
     }
   }
-  if (Offload::id == policy::OffloadMode::prefetch && o.preload_module_classes.empty()) {
+  if (policy::prefetches_v<Offload> && o.preload_module_classes.empty()) {
     o.preload_module_classes = model.no_split_modules();  // copied ahead block by block
   }
   hooks::add_hook_to_module(model, std::make_shared<hooks::AlignDevicesHook<Offload>>(hooks::AlignDevicesOptions{.io_same_device = true}),
@@ -113,7 +114,7 @@ nn::Module& disk_offload(nn::Module& model, const std::string& offload_dir, Offl
   }
   const Device exec = o.execution_device.value_or(detail::first_parameter_device(model));
   auto loader = std::make_shared<const io::OffloadedWeightsLoader>(std::nullopt, offload_dir);
-  if (Offload::id == policy::OffloadMode::prefetch && o.preload_module_classes.empty()) {
+  if (policy::prefetches_v<Offload> && o.preload_module_classes.empty()) {
     o.preload_module_classes = model.no_split_modules();  // read ahead block by block
   }
   hooks::add_hook_to_module(model, std::make_shared<hooks::AlignDevicesHook<Offload>>(hooks::AlignDevicesOptions{.io_same_device = true}),
@@ -168,11 +169,17 @@ struct LoadAndDispatchOptions {
   std::ostream* warnings = nullptr;
 };
 
+/// True for the strategies a string device_map may name: "auto", "balanced", "balanced_low_0",
+/// "sequential".
+inline bool is_device_map_strategy(std::string_view s) {
+  return s == "auto" || s == "balanced" || s == "balanced_low_0" || s == "sequential";
+}
+
 /// The device map a strategy gives `model` under `max_memory` (Accelerate's first half of
 /// load_checkpoint_and_dispatch); ValueError for an unknown strategy.
 inline DeviceMap resolve_device_map(const nn::Module& model, const std::string& strategy, const MaxMemory& max_memory,
                                     const LoadAndDispatchOptions& o) {
-  if (strategy != "auto" && strategy != "balanced" && strategy != "balanced_low_0" && strategy != "sequential") {
+  if (!is_device_map_strategy(strategy)) {
     throw ValueError("If passing a string for `device_map`, please choose 'auto', 'balanced', 'balanced_low_0' or "
                      "'sequential' (got '" + strategy + "').");
   }

@@ -125,13 +125,11 @@ inline std::string first_meta_tensor(const nn::Module& model) {
   return {};
 }
 
-}  // namespace detail
-
-/// Dispatches `model` over `device_map` (see the header comment). ValueError when the map does
-/// not place every tensor (check_device_map), when disk blocks have no offload_dir nor index,
-/// or when the whole model is placed on disk (use disk_offload).
-template <policy::Offload Offload = default_offload>
-nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const DispatchOptions& o = {}) {
+/// What dispatch_model does before it attaches hooks, the same under every policy: the model
+/// moved whole (nullopt: nothing to attach) or the per-block options of its hooks. `prefetching`:
+/// the hooks read ahead (pin CPU blocks for a GPU, one hook per no-split block).
+inline std::optional<hooks::BlockAttachOptions> plan_dispatch(nn::Module& model, const DeviceMap& device_map,
+                                                              const DispatchOptions& o, bool prefetching) {
   check_device_map(model, device_map);
   std::set<std::string> kinds;
   std::optional<Device> first_gpu;
@@ -146,17 +144,17 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   }
 
   if (kinds.size() <= 1 && !o.force_hooks && !remote) {
-    if (device_map.empty()) return model;
+    if (device_map.empty()) return std::nullopt;
     const Placement only = device_map.begin()->second;
     if (only.is_disk()) {
       throw ValueError("You are trying to offload the whole model to the disk. Please use the `disk_offload` function instead.");
     }
-    if (const std::string meta = detail::first_meta_tensor(model); !meta.empty()) {
+    if (const std::string meta = first_meta_tensor(model); !meta.empty()) {
       throw ValueError("dispatch_model: '" + meta + "' is on the meta device and the device map keeps the whole model on " +
                        only.str() + "; load the weights first (load_checkpoint_in_model)");
     }
     model.to(only.device());
-    return model;
+    return std::nullopt;
   }
 
   // Accelerate: without main_device, a map of cpu and disk only runs on the CPU; with one, every
@@ -172,8 +170,8 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   }
   std::optional<io::StateDict> state_dict = o.state_dict;
   if (!main.is_cpu() && !state_dict && !cpu_modules.empty()) {
-    if (Offload::id == policy::OffloadMode::prefetch && main.is_cuda()) detail::pin_cpu_tensors(model, &cpu_modules);
-    state_dict = detail::submodules_state_dict(model, cpu_modules);
+    if (prefetching && main.is_cuda()) pin_cpu_tensors(model, &cpu_modules);
+    state_dict = submodules_state_dict(model, cpu_modules);
   }
   if (!disk_modules.empty() && !o.offload_dir && !o.offload_index) {
     std::string names;
@@ -183,7 +181,7 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   }
   if (!disk_modules.empty() && !o.offload_index &&
       !std::filesystem::is_regular_file(std::filesystem::path(*o.offload_dir) / io::offload_index_name)) {
-    io::offload_state_dict(*o.offload_dir, detail::submodules_state_dict(model, disk_modules), o.offload_progress);
+    io::offload_state_dict(*o.offload_dir, submodules_state_dict(model, disk_modules), o.offload_progress);
   }
 
   hooks::BlockAttachOptions b;
@@ -213,11 +211,23 @@ nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const
   b.skip_keys = o.skip_keys;
   b.preload_module_classes = o.preload_module_classes;
   // Read-ahead works block by block: the model's no-split classes are its blocks.
-  if (Offload::id == policy::OffloadMode::prefetch && b.preload_module_classes.empty()) {
+  if (prefetching && b.preload_module_classes.empty()) {
     b.preload_module_classes = model.no_split_modules();
   }
   b.tied_params_map = std::make_shared<nn::TiedParamsMap>();
-  hooks::attach_align_device_hook_on_blocks<Offload>(model, b);
+  return b;
+}
+}  // namespace detail
+
+/// Dispatches `model` over `device_map` (see the header comment). ValueError when the map does
+/// not place every tensor (check_device_map), when disk blocks have no offload_dir nor index,
+/// or when the whole model is placed on disk (use disk_offload). Only the hooks' policy depends
+/// on Offload; the plan is detail::plan_dispatch's.
+template <policy::Offload Offload = default_offload>
+nn::Module& dispatch_model(nn::Module& model, const DeviceMap& device_map, const DispatchOptions& o = {}) {
+  if (auto b = detail::plan_dispatch(model, device_map, o, policy::prefetches_v<Offload>)) {
+    hooks::attach_align_device_hook_on_blocks<Offload>(model, *b);
+  }
   return model;
 }
 

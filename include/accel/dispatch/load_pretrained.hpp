@@ -19,20 +19,21 @@
 // Placement (from_pretrained's device_map / max_memory / offload_folder): with `device_map` a
 // strategy ("auto", "balanced", "balanced_low_0", "sequential", planned under `max_memory`, by
 // default what get_max_memory() probes, minus `reserve`) or an explicit DeviceMap, each weight is
-// loaded straight to its placement and the model is dispatched (dispatch_model<Offload>, hooks
-// that stream the offloaded blocks). Disk weights of a safetensors checkpoint are read from its
-// shards in place; `offload_folder` is then only where the offload index goes (a temporary folder
+// loaded straight to its placement and the model is dispatched (dispatch_model, hooks that stream
+// the offloaded blocks under the policy `offload_depth` names). Disk weights of a safetensors
+// checkpoint are read from its shards in place; `offload_folder` is then only where the offload index goes (a temporary folder
 // when unset, removed with the model), and a .bin checkpoint's disk weights are written there.
 //
 // A strategy plans what `accel run` plans: besides `reserve`, the device that computes keeps free
 // the KV cache and one block's activations for `reserve_tokens`, and, when blocks stream, the
-// read-ahead ring of Offload, whose depth is lowered (prefetch<2> to prefetch<1> or sync) when the
+// read-ahead ring of `offload_depth` blocks, lowered (prefetch<2> to prefetch<1> or sync) when the
 // budget cannot hold it (plan::generation_reserve); the result says what was kept and the depth
 // used. Weights are sized as they will be held: the quantizer's adjust_target_dtype and
 // get_special_dtypes_update, and float32 for keep_in_fp32_modules.
 //
-// Differences from transformers: the quantizer's update_device_map is not consulted (without a
-// device_map every weight loads on the CPU already, which is what the backends here return).
+// A quantizer's update_device_map is consulted for an explicit map or none, as transformers does;
+// its answer "everything on the CPU" to no map leaves the model unplaced (no hooks), which is the
+// same placement.
 #pragma once
 
 #include <algorithm>
@@ -60,6 +61,7 @@
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/plan/runtime_reserve.hpp"
+#include "accel/policy/offload.hpp"
 
 namespace accel::dispatch {
 
@@ -86,7 +88,7 @@ struct LoadPretrainedOptions {
   MaxMemory reserve{};
   /// Tokens generation will hold (prompt and new ones): a strategy keeps their KV cache and one
   /// block's activations free on the device that computes (plan::generation_reserve); 0: none.
-  /// The read-ahead ring of Offload is kept whatever this is, when blocks stream.
+  /// The read-ahead ring of offload_depth blocks is kept whatever this is, when blocks stream.
   std::int64_t reserve_tokens = 0;
   /// Modules whose weights stay in float32 whatever `dtype` says (transformers'
   /// keep_in_fp32_modules; matched as LoadCheckpointOptions matches them), sized so by the plan.
@@ -94,6 +96,10 @@ struct LoadPretrainedOptions {
   /// A quantization backend (dispatch/quantizer.hpp; accel/quant/ has them): it may change the
   /// dtype, swaps layers on the meta model before the plan, and stores the tensors it claims.
   std::optional<AnyQuantizer> quantizer{};
+  /// Blocks read ahead while one computes when blocks stream (prefetch<N>'s N; 0: sync_offload,
+  /// Accelerate's way). A strategy lowers it until the read-ahead ring fits; the depth used picks
+  /// the hooks' offload policy (policy::with_offload_depth), once, when the model is dispatched.
+  std::size_t offload_depth = default_offload::prefetch_depth;
 };
 
 /// A loaded model and what loading it took.
@@ -111,7 +117,7 @@ struct PretrainedModel {
   /// reserve_tokens, the read-ahead ring when blocks stream) and the depth that fits
   /// (plan::generation_reserve); unset without a strategy.
   std::optional<plan::GenerationReserve> generation{};
-  /// The read-ahead depth the hooks use: Offload's, or generation->depth when that is lower
+  /// The read-ahead depth the hooks use: options.offload_depth, or generation->depth when lower
   /// (0: each block read when called).
   std::size_t offload_depth = 0;
 };
@@ -151,20 +157,6 @@ inline DeviceMap relative_device_map(const DeviceMap& dm, const std::string& bas
   }
   return out;
 }
-/// dispatch_model under Offload, or under the shallower prefetch `depth` names when it is below
-/// Offload's: where a load that lowered its read-ahead to fit the budget picks the instantiation.
-template <policy::Offload Offload>
-void dispatch_at_depth(nn::Module& root, const DeviceMap& dm, const DispatchOptions& o, std::size_t depth) {
-  if constexpr (Offload::prefetch_depth == 0) {
-    dispatch_model<Offload>(root, dm, o);
-  } else if (depth >= Offload::prefetch_depth) {
-    dispatch_model<Offload>(root, dm, o);
-  } else if constexpr (Offload::prefetch_depth == 1) {
-    dispatch_model<policy::sync_offload>(root, dm, o);
-  } else {
-    dispatch_at_depth<policy::prefetch<Offload::prefetch_depth - 1>>(root, dm, o, depth);
-  }
-}
 }  // namespace detail
 
 /// True when `model` is a GGUF file (the model is then the file, its config in its metadata).
@@ -178,11 +170,11 @@ inline nlohmann::json read_model_config(const std::filesystem::path& model) {
   return is_gguf_model(model) ? io::GgufCheckpoint::open(model.string()).config() : detail::read_config_json(model / "config.json");
 }
 
-/// Loads the causal LM of a Hugging Face model folder (see the header comment); Offload is how a
-/// placed model's offloaded weights travel.
-template <policy::Offload Offload = default_offload>
-PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, const LoadPretrainedOptions& options = {}) {
+/// Loads the causal LM of a Hugging Face model folder (see the header comment); a placed model's
+/// offloaded weights travel as options.offload_depth says.
+inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, const LoadPretrainedOptions& options = {}) {
   const auto t0 = std::chrono::steady_clock::now();
+  policy::check_offload_depth(options.offload_depth);
   // A GGUF file carries its config in its metadata (io/gguf_model.hpp).
   const bool gguf = is_gguf_model(folder);
   const std::filesystem::path config_path = gguf ? folder : folder / "config.json";
@@ -209,10 +201,20 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   lo.progress = options.progress;
   lo.disable_mmap = options.disable_mmap;
   lo.keep_in_fp32_modules = options.keep_in_fp32_modules;
-  out.offload_depth = Offload::prefetch_depth;
+  out.offload_depth = options.offload_depth;
   bool has_disk = false;
-  if (options.device_map) {
-    if (const auto* s = std::get_if<std::string>(&*options.device_map)) {
+  // The quantizer's default placement (transformers' update_device_map), for an explicit map or
+  // none; a strategy is planned below. Its answer "all on the CPU" to no map is what no map does.
+  std::optional<DeviceMapArg> device_map = options.device_map;
+  if (options.quantizer && !(device_map && std::holds_alternative<std::string>(*device_map))) {
+    std::optional<DeviceMap> given;
+    if (device_map) given = std::get<DeviceMap>(*device_map);
+    const std::optional<DeviceMap> updated = options.quantizer->update_device_map(given);
+    const bool all_cpu = updated && std::all_of(updated->begin(), updated->end(), [](const auto& e) { return e.second.is_cpu(); });
+    if (updated && (device_map || !all_cpu)) device_map = *updated;
+  }
+  if (device_map) {
+    if (const auto* s = std::get_if<std::string>(&*device_map)) {
       LoadAndDispatchOptions plan;
       plan.no_split_module_classes = root.no_split_modules();
       // Sized as they will be held: the quantizer's target dtype, its kept weights, float32 ones.
@@ -227,13 +229,13 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
       }
       MaxMemory budgets = options.max_memory ? *options.max_memory : plan::get_max_memory();
       if (options.quantizer) budgets = options.quantizer->adjust_max_memory(std::move(budgets));
-      out.generation = plan::generation_reserve(root, out.config, out.dtype, budgets, options.reserve_tokens, Offload::prefetch_depth);
+      out.generation = plan::generation_reserve(root, out.config, out.dtype, budgets, options.reserve_tokens, options.offload_depth);
       out.offload_depth = out.generation->depth;
       plan.reserve = options.reserve;
       for (const auto& [where, bytes] : out.generation->reserve()) plan.reserve.add(where, bytes);
       out.device_map = resolve_device_map(root, *s, budgets, plan);
     } else {
-      out.device_map = std::get<DeviceMap>(*options.device_map);
+      out.device_map = std::get<DeviceMap>(*device_map);
       check_device_map(root, *out.device_map);
     }
     for (const auto& [k, p] : *out.device_map) has_disk |= p.is_disk();
@@ -275,8 +277,10 @@ PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, c
   if (options.quantizer) options.quantizer->postprocess_model(root);
   // A plan that puts everything on disk still runs: the hooks stream every block in.
   if (out.device_map) {
-    detail::dispatch_at_depth<Offload>(root, *out.device_map, {.offload_dir = lo.offload_folder, .force_hooks = has_disk},
-                                       out.offload_depth);
+    // The one point where the depth that fits becomes the hooks' policy.
+    policy::with_offload_depth(out.offload_depth, [&]<class Offload>(Offload) {
+      dispatch_model<Offload>(root, *out.device_map, {.offload_dir = lo.offload_folder, .force_hooks = has_disk});
+    });
   }
   out.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -320,7 +320,7 @@ struct SplitModel {
 /// folder is read where each process runs: shared or replicated) and the stage hooks go on. Every
 /// process must call it. `o.device_map` must be unset (the split map places the model);
 /// quantizers are not supported across processes yet (ValueError).
-template <policy::Offload Offload = dispatch::default_offload, class D>
+template <class D>
 SplitModel load_pretrained_split(const PartialState<D>& state, const std::filesystem::path& folder,
                                  dispatch::LoadPretrainedOptions o, SplitLoadOptions so = {}) {
   if (o.device_map) throw ValueError("load_pretrained_split: the split map places the model; leave device_map unset");
@@ -355,7 +355,7 @@ SplitModel load_pretrained_split(const PartialState<D>& state, const std::filesy
   }
   o.device_map = out.split_map.local(state.process_index());
   o.max_memory.reset();
-  out.model = dispatch::load_pretrained_causal_lm<Offload>(folder, o);
+  out.model = dispatch::load_pretrained_causal_lm(folder, o);
   out.stages = attach_pipeline_hooks(state, out.model.model->module(), out.split_map);
   return out;
 }

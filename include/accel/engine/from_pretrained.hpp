@@ -18,8 +18,8 @@
 // - the placement: `device_map` (a strategy or an explicit map) under `max_memory` (unset: what
 //   get_max_memory() probes), a strategy keeping free what generating `reserve_tokens` tokens needs
 //   and the read-ahead ring of `offload_depth` blocks, lowered until it fits
-//   (dispatch::load_pretrained_causal_lm, plan::generation_reserve); `offload_depth` picks the
-//   offload policy among the compiled ones (policy::with_offload_depth);
+//   (dispatch::load_pretrained_causal_lm, plan::generation_reserve); the depth that fits picks the
+//   offload policy among the compiled ones when the model is dispatched (policy::with_offload_depth);
 // - processes: under a PartialState of several processes the model is split across them
 //   (dist::load_pretrained_split): a strategy (auto, balanced, sequential) plans from every
 //   process's budget, or `split_map` places it. Disk blocks go to the last process, so it alone
@@ -53,7 +53,6 @@
 #include "accel/io/gguf.hpp"
 #include "accel/io/gguf_tokenizer.hpp"
 #include "accel/plan/runtime_reserve.hpp"
-#include "accel/policy/offload.hpp"
 #include "accel/quant/auto_quantizer.hpp"
 #include "accel/quant/gguf_quantizer.hpp"
 #include "accel/tokenize/tokenizer.hpp"
@@ -196,9 +195,8 @@ inline LoadedModel from_pretrained(const std::filesystem::path& model, const Fro
     lo.offload_folder = o.offload_folder;
     lo.reserve_tokens = o.reserve_tokens;
   }
-  out.pretrained = policy::with_offload_depth(o.offload_depth, [&]<class Offload>(Offload) {
-    return dispatch::load_pretrained_causal_lm<Offload>(model, lo);
-  });
+  lo.offload_depth = o.offload_depth;
+  out.pretrained = dispatch::load_pretrained_causal_lm(model, lo);
   out.generation = out.pretrained.generation;
   out.offload_depth = out.pretrained.offload_depth;
   detail::finish(out, lo);
@@ -248,9 +246,8 @@ LoadedModel from_pretrained(const dist::PartialState<D>& state, const std::files
     if (streams) depth = out.generation->depth;
     for (const auto& [where, bytes] : out.generation->reserve()) lo.reserve.add(where, bytes);
   }
-  dist::SplitModel m = policy::with_offload_depth(depth, [&]<class Offload>(Offload) {
-    return dist::load_pretrained_split<Offload>(state, model, lo, so);
-  });
+  lo.offload_depth = depth;
+  dist::SplitModel m = dist::load_pretrained_split(state, model, lo, so);
   out.pretrained = std::move(m.model);
   out.split_map = std::move(m.split_map);
   out.stages = m.stages;

@@ -56,6 +56,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -99,12 +100,25 @@ struct AlignDevicesOptions {
 };
 
 /// What every AlignDevicesHook<Offload> has, whatever its policy: how has_offloaded_params and
-/// align_module_device see it.
+/// align_module_device see it. `policy` names the derived hook's offload tag, `depth` its
+/// prefetch_depth and `offloads` whether it moves weights at all.
 class AlignDevicesHookBase : public ModelHook {
  public:
-  explicit AlignDevicesHookBase(AlignDevicesOptions o) : o_(std::move(o)), skip_(o_.skip_keys) {
+  AlignDevicesHookBase(AlignDevicesOptions o, std::string_view policy, bool offloads, std::size_t depth)
+      : o_(std::move(o)), skip_(o_.skip_keys), depth_(depth) {
     if (o_.execution_device && o_.execution_device->is_meta()) o_.tied_params_map.reset();  // meta has no copies
+    if (o_.offload && !offloads) {
+      throw ValueError("AlignDevicesHook<" + std::string(policy) + ">: offload = true, and the policy moves no weights "
+                       "(use sync_offload or prefetch<N>)");
+    }
+    if (o_.stream && o_.stream->depth() != depth) {
+      throw ValueError("AlignDevicesHook<" + std::string(policy) + ">: its stream reads " + std::to_string(o_.stream->depth()) +
+                       " blocks ahead and the policy " + std::to_string(depth) +
+                       " (the hooks of one model share a stream of their policy's depth)");
+    }
   }
+  /// The read-ahead depth of the hook's offload policy (0: each call reads its weights).
+  std::size_t prefetch_depth() const noexcept { return depth_; }
   const AlignDevicesOptions& options() const noexcept { return o_; }
   bool offload() const noexcept { return o_.offload; }
   std::optional<Device> execution_device() const override { return o_.execution_device; }
@@ -302,7 +316,7 @@ class AlignDevicesHookBase : public ModelHook {
     const std::string label = weights_.prefix().empty() ? module.class_name() : weights_.prefix();
     std::optional<std::size_t> host_unit;
     std::vector<DeviceStage::Piece> pieces;
-    const bool gpu = o_.execution_device && o_.execution_device->is_cuda() && o_.stream->depth() > 0;
+    const bool gpu = o_.execution_device && o_.execution_device->is_cuda() && depth_ > 0;
     for (std::size_t i = 0; gpu && i < managed_.size(); ++i) {
       Managed& m = managed_[i];
       if (is_shared_cell(m)) continue;
@@ -390,6 +404,7 @@ class AlignDevicesHookBase : public ModelHook {
   std::vector<std::pair<const nn::Parameter*, Device>> added_;
   std::optional<Device> input_device_;
   bool warned_ = false;
+  std::size_t depth_;  ///< the policy's prefetch_depth
   std::optional<std::size_t> unit_;  ///< this hook's unit of the stream when the hook reads it itself
   std::optional<std::size_t> host_unit_;  ///< this hook's unit of the stream, read by the hook or the device stage
   bool acquired_ = false;
@@ -404,7 +419,9 @@ template <policy::Offload Offload = policy::sync_offload>
 class AlignDevicesHook : public AlignDevicesHookBase {
  public:
   using offload_policy = Offload;
-  explicit AlignDevicesHook(AlignDevicesOptions o = {}) : AlignDevicesHookBase(std::move(o)) {}
+  /// ValueError when `o` offloads under no_offload, or shares a stream of another depth.
+  explicit AlignDevicesHook(AlignDevicesOptions o = {})
+      : AlignDevicesHookBase(std::move(o), policy::offload_name<Offload>(), Offload::offloads, Offload::prefetch_depth) {}
 };
 
 /// True when `module`'s hook (or a hook of its chain) is an AlignDevicesHook that offloads.

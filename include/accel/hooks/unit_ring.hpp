@@ -173,6 +173,11 @@ class UnitRing {
     std::lock_guard lock(mu_);
     return slots_.size();
   }
+  /// True once the worker thread runs (the first acquire at depth >= 1; never at depth 0).
+  bool reading_ahead() const {
+    std::lock_guard lock(mu_);
+    return worker_.joinable();
+  }
   Stats stats() const {
     std::lock_guard lock(mu_);
     return stats_unlocked();

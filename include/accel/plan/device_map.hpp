@@ -4,7 +4,6 @@
 //   clean_device_map(dm)          groups children that share a device under their parent
 //   check_device_map(model, dm)   every tensor covered by exactly one key (ValueError otherwise)
 //   to_json(dm) / device_map_from_json(j)   {"transformer.h.0": 0, "lm_head": "cpu"}
-//   BasicDeviceMap<policies<bf16, prefetch<2>>>   a DeviceMap that names its policy bundle
 #pragma once
 
 #include <algorithm>
@@ -22,7 +21,6 @@
 #include "accel/core/device.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/nn/module.hpp"
-#include "accel/policy/policies.hpp"
 
 namespace accel::plan {
 
@@ -111,18 +109,6 @@ class DeviceMap {
 
   std::vector<Entry> entries_;
   std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> index_;  // name -> position in entries_
-};
-
-/// A DeviceMap that names the policy bundle its model runs under (docs/design.md: DeviceMap takes a
-/// bundle with defaults). It adds no data and is a DeviceMap, so every function taking one takes
-/// it; the type carries, at compile time, the precision the weights are held in and how offloaded
-/// weights travel, for the planner (infer_auto_device_map<P>) and for dispatch.
-template <PolicyBundle Policies = default_policies>
-class BasicDeviceMap : public DeviceMap {
- public:
-  using policies = Policies;
-  BasicDeviceMap() = default;
-  explicit BasicDeviceMap(DeviceMap dm) : DeviceMap(std::move(dm)) {}
 };
 
 namespace detail {
@@ -285,7 +271,6 @@ inline void check_device_map(const nn::Module& model, const DeviceMap& dm) {
 }  // namespace accel::plan
 
 namespace accel {
-using plan::BasicDeviceMap;
 using plan::check_device_map;
 using plan::clean_device_map;
 using plan::DeviceMap;

@@ -497,18 +497,19 @@ MaxMemory offload_policy_reserve(const nn::Module& model, const MaxMemory& max_m
 /// infer_auto_device_map under a policy bundle: when the bundle names a precision, weights are
 /// sized in its storage dtype (unless opts.sizes.dtype names one), and the offload policy's staging reserve
 /// (offload_policy_reserve) is added to opts.reserve. With default_policies the map equals the
-/// plain function's, that is Accelerate's.
+/// plain function's, that is Accelerate's. The map is a plain DeviceMap: the bundle changes the
+/// plan, and the map carries no policy (dispatch_model's Offload is the one that travels).
 template <PolicyBundle P>
-BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, const MaxMemory& max_memory, InferOptions opts = {}) {
+DeviceMap infer_auto_device_map(const nn::Module& model, const MaxMemory& max_memory, InferOptions opts = {}) {
   if (!opts.sizes.dtype && P::precision_search::count > 0) {
     opts.sizes.dtype = P::precision::storage_dtype;
   }
   for (const auto& [key, extra] : offload_policy_reserve<P>(model, max_memory, opts)) opts.reserve.add(key, extra);
-  return BasicDeviceMap<P>(infer_auto_device_map(model, max_memory, static_cast<const InferOptions&>(opts)));
+  return infer_auto_device_map(model, max_memory, static_cast<const InferOptions&>(opts));
 }
 /// The same under get_max_memory()'s probe (Accelerate's max_memory=None).
 template <PolicyBundle P>
-BasicDeviceMap<P> infer_auto_device_map(const nn::Module& model, std::nullopt_t = std::nullopt, InferOptions opts = {}) {
+DeviceMap infer_auto_device_map(const nn::Module& model, std::nullopt_t = std::nullopt, InferOptions opts = {}) {
   return infer_auto_device_map<P>(model, get_max_memory(), std::move(opts));
 }
 

@@ -3,7 +3,7 @@
 //
 // They decide at compile time what gather / reduce / broadcast / wait_for_everyone compile to.
 // Each tag carries the DistributedType it stands for (Accelerate's distributed_type) and, when it
-// communicates, the CommBackend it runs over. The default of a policy bundle is no_dist (one
+// communicates, the library it runs over (`backend`: mpi or nccl, a type, no enum beside it). The default of a policy bundle is no_dist (one
 // process; collectives are identities). The dist layer's PartialState<D> and collectives
 // (dist/partial_state.hpp, dist/collectives.hpp) are what they select.
 #pragma once
@@ -19,28 +19,16 @@
 
 namespace accel::policy {
 
-/// The communication libraries a distributed policy may run over.
-enum class CommBackend : std::uint8_t {
-  mpi,   ///< MPI: CPU collectives, and the bootstrap of NCCL
-  nccl,  ///< NCCL: GPU collectives
+/// MPI, for multi_cpu<mpi>: CPU collectives, and the bootstrap of NCCL.
+struct mpi {
+  /// The library's usual lower-case name, as logs and launchers write it.
+  static constexpr std::string_view name = "mpi";
 };
-
-/// The library's usual lower-case name ("mpi", "nccl"), as logs and launchers write it.
-constexpr std::string_view to_string(CommBackend b) { return b == CommBackend::nccl ? "nccl" : "mpi"; }
-
-/// The members every communication library tag carries, written once.
-template <CommBackend Id>
-struct basic_comm_backend {
-  /// The library this tag stands for.
-  static constexpr CommBackend id = Id;
-  /// `id` spelled for logs.
-  static constexpr std::string_view name = to_string(Id);
+/// NCCL, for multi_gpu<nccl>: GPU collectives.
+struct nccl {
+  /// The library's usual lower-case name, as logs and launchers write it.
+  static constexpr std::string_view name = "nccl";
 };
-
-/// MPI, for multi_cpu<mpi>.
-struct mpi : basic_comm_backend<CommBackend::mpi> {};
-/// NCCL, for multi_gpu<nccl>.
-struct nccl : basic_comm_backend<CommBackend::nccl> {};
 
 /// The kind of distributed run: Accelerate's DistributedType, the one runtime enum of the library
 /// for it. The tags below carry its first three values; utils parses and prints all of them

@@ -3,8 +3,9 @@
 //
 // A precision names the dtype weights are held in, the dtype matmuls compute in, and whether
 // module outputs are converted back to fp32 (Accelerate's convert_outputs_to_fp32). Each tag
-// carries the MixedPrecision setting it stands for, which Accelerate's config spells "no",
-// "fp16", "bf16" or "fp8". The default of a policy bundle is fp32.
+// carries the PrecisionType it stands for (Accelerate's mixed_precision, which its config spells
+// "no", "fp16", "bf16" or "fp8"): the one enum of the setting, which utils' config files read
+// and with_precision turns into the tag. The default of a policy bundle is fp32.
 #pragma once
 
 #include <cstdint>
@@ -16,34 +17,33 @@
 
 namespace accel::policy {
 
-/// Accelerate's `mixed_precision` setting. Its order is that of utils' PrecisionType, so a run-time
-/// config value and a compile-time tag convert one to one (utils/precision.hpp).
-enum class MixedPrecision : std::uint8_t {
+/// Accelerate's `mixed_precision` setting (its PrecisionType), as a config file holds it; each
+/// precision tag carries the value it stands for.
+enum class PrecisionType : std::uint8_t {
   no,    ///< full precision: fp32
   fp8,   ///< fp8<F>: float8 weights, bf16 compute
   fp16,  ///< fp16
   bf16,  ///< bf16
 };
 
-/// Accelerate's spelling of `m`, as config files and ACCELERATE_MIXED_PRECISION write it.
-constexpr std::string_view to_string(MixedPrecision m) {
-  switch (m) {
-    case MixedPrecision::fp8: return "fp8";
-    case MixedPrecision::fp16: return "fp16";
-    case MixedPrecision::bf16: return "bf16";
-    case MixedPrecision::no: break;
-  }
-  return "no";
+/// Accelerate's string value of each PrecisionType, in enumerator order, as config files and
+/// ACCELERATE_MIXED_PRECISION write it.
+inline constexpr std::string_view precision_type_names[] = {"no", "fp8", "fp16", "bf16"};
+
+/// Accelerate's spelling of `p`.
+constexpr std::string_view to_string(PrecisionType p) {
+  const auto i = static_cast<std::size_t>(p);
+  return i < std::size(precision_type_names) ? precision_type_names[i] : std::string_view("?");
 }
 
 /// Base of every precision tag; `is_precision_v` detects it, so a tag needs no registration.
 struct precision_tag {};
 
 /// The members every precision tag carries, written once.
-template <MixedPrecision Id, DType Storage, DType Compute, bool ConvertOutputs>
+template <PrecisionType Id, DType Storage, DType Compute, bool ConvertOutputs>
 struct basic_precision : precision_tag {
   /// The setting this tag stands for; switch on it rather than on `mixed_precision`.
-  static constexpr MixedPrecision id = Id;
+  static constexpr PrecisionType id = Id;
   /// The dtype weights are created and held in.
   static constexpr DType storage_dtype = Storage;
   /// The dtype matmul, linear and attention compute in (the autocast dtype).
@@ -56,11 +56,11 @@ struct basic_precision : precision_tag {
 };
 
 /// Full precision: f32 weights and compute; outputs need no conversion.
-struct fp32 : basic_precision<MixedPrecision::no, DType::f32, DType::f32, false> {};
+struct fp32 : basic_precision<PrecisionType::no, DType::f32, DType::f32, false> {};
 /// Half precision: f16 weights and compute, outputs back to fp32.
-struct fp16 : basic_precision<MixedPrecision::fp16, DType::f16, DType::f16, true> {};
+struct fp16 : basic_precision<PrecisionType::fp16, DType::f16, DType::f16, true> {};
 /// bfloat16: bf16 weights and compute, outputs back to fp32.
-struct bf16 : basic_precision<MixedPrecision::bf16, DType::bf16, DType::bf16, true> {};
+struct bf16 : basic_precision<PrecisionType::bf16, DType::bf16, DType::bf16, true> {};
 
 /// The float8 format of fp8<e4m3>: more mantissa, the format forward tensors are stored in.
 struct e4m3 {
@@ -92,7 +92,7 @@ constexpr DType fp8_storage_dtype() {
 /// FP8 weights (e4m3 by default, as Transformer Engine's HYBRID recipe stores forward tensors);
 /// matmuls accumulate in bf16 on hardware without FP8 units.
 template <class Format = e4m3>
-struct fp8 : basic_precision<MixedPrecision::fp8, detail::fp8_storage_dtype<Format>(), DType::bf16, true> {
+struct fp8 : basic_precision<PrecisionType::fp8, detail::fp8_storage_dtype<Format>(), DType::bf16, true> {
   static_assert(is_fp8_format_v<Format>,
                 "accel::policy::fp8<F>: F must be a float8 format; valid choices: e4m3, e5m2");
   /// The float8 format weights are held in.

@@ -687,29 +687,18 @@ QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationCo
   out.swapped = q.swapped();
 
   if (const auto* s = o.device_map ? std::get_if<std::string>(&*o.device_map) : nullptr) {
-    if (*s != "auto" && *s != "balanced" && *s != "balanced_low_0" && *s != "sequential") {
-      throw ValueError(
-          "If passing a string for `device_map`, please choose 'auto', 'balanced', 'balanced_low_0' or "
-          "'sequential' (got '" +
-          *s + "').");
-    }
-    plan::SizeOptions sizes;
-    sizes.dtype = torch_dtype;
+    dispatch::LoadAndDispatchOptions po;
+    po.no_split_module_classes = o.no_split_module_classes;
+    po.dtype = torch_dtype;
+    po.warnings = o.warnings;
     for (const auto& [n, t] : model.named_parameters()) {
       if (!t.is_floating_point()) continue;
       if (dispatch::in_keep_in_fp32_modules(n, keep_fp32))
-        sizes.special_dtypes.emplace(n, DType::f32);
+        po.special_dtypes.emplace(n, DType::f32);
       else if (dispatch::in_keep_in_fp32_modules(n, skip))
-        sizes.special_dtypes.emplace(n, torch_dtype);
+        po.special_dtypes.emplace(n, torch_dtype);
     }
-    plan::MaxMemory mm = o.max_memory ? *o.max_memory : plan::get_max_memory();
-    if (*s != "sequential")
-      mm = plan::get_balanced_memory(model, mm, o.no_split_module_classes, sizes, *s == "balanced_low_0");
-    plan::InferOptions io;
-    io.no_split_module_classes = o.no_split_module_classes;
-    io.sizes = sizes;
-    io.warnings = o.warnings;
-    out.device_map = plan::infer_auto_device_map(model, mm, io);
+    out.device_map = dispatch::resolve_device_map(model, *s, o.max_memory ? *o.max_memory : plan::get_max_memory(), po);
   } else {
     out.device_map =
         *q.update_device_map(o.device_map ? std::optional(std::get<plan::DeviceMap>(*o.device_map)) : std::nullopt);

@@ -18,6 +18,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/policy/distributed.hpp"
+#include "accel/policy/precision.hpp"
 
 namespace accel::utils {
 
@@ -54,8 +55,9 @@ enum class DynamoBackend : std::uint8_t {
 /// Experiment trackers: Python integrations, no C++ meaning; kept for config files.
 enum class LoggerType : std::uint8_t { all, aim, tensorboard, wandb, trackio, comet_ml, mlflow, clearml, dvclive, swanlab };
 
-/// Mixed precision of a run; precision_dtype() (utils/precision.hpp) maps it to a DType and a policy tag.
-enum class PrecisionType : std::uint8_t { no, fp8, fp16, bf16 };
+/// Mixed precision of a run: the policy layer's enum, which each precision tag carries;
+/// precision_dtype() (utils/precision.hpp) maps it to a DType, with_precision to a tag.
+using PrecisionType = policy::PrecisionType;
 
 /// Random generators that synchronize_rng_state knows.
 enum class RNGType : std::uint8_t {
@@ -97,7 +99,6 @@ ACCEL_ENUM_TABLE(DynamoBackend, "NO", "EAGER", "AOT_EAGER", "INDUCTOR", "AOT_TS_
                  "TORCHXLA_TRACE_ONCE", "TVM", "HPU_BACKEND", "NEURON")
 ACCEL_ENUM_TABLE(LoggerType, "all", "aim", "tensorboard", "wandb", "trackio", "comet_ml", "mlflow", "clearml",
                  "dvclive", "swanlab")
-ACCEL_ENUM_TABLE(PrecisionType, "no", "fp8", "fp16", "bf16")
 ACCEL_ENUM_TABLE(RNGType, "torch", "cuda", "mlu", "sdaa", "musa", "npu", "xla", "xpu", "hpu", "neuron",
                  "generator")
 ACCEL_ENUM_TABLE(SageMakerDistributedType, "NO", "DATA_PARALLEL", "MODEL_PARALLEL")
@@ -105,7 +106,13 @@ ACCEL_ENUM_TABLE(DDPCommunicationHookType, "no", "fp16", "bf16", "power_sgd", "b
 ACCEL_ENUM_TABLE(FP8BackendType, "NO", "TE", "MSAMP", "AO")
 #undef ACCEL_ENUM_TABLE
 
-// DistributedType's values are the policy layer's table, so the two spellings cannot drift apart.
+// DistributedType's and PrecisionType's values are the policy layer's tables, so the two
+// spellings cannot drift apart.
+template <>
+struct enum_table<PrecisionType> {
+  static constexpr std::string_view name = "PrecisionType";
+  static constexpr const auto& values = policy::precision_type_names;
+};
 template <>
 struct enum_table<DistributedType> {
   static constexpr std::string_view name = "DistributedType";

@@ -1,8 +1,8 @@
 // PrecisionType <-> DType <-> the precision policy tags (policy/precision.hpp).
 //
 //   precision_dtype(PrecisionType)       no -> f32, fp16 -> f16, bf16 -> bf16, fp8 -> f8_e4m3fn
-//   precision_type_of<policy::bf16>      PrecisionType::bf16 (compile time)
-//   to_precision_type(MixedPrecision)    the policy layer's enum as the config's
+//   policy::bf16::id                     PrecisionType::bf16 (compile time; the enum is the policy
+//                                        layer's, so a tag and a config value are one spelling)
 //   with_precision(PrecisionType, f)     f(policy tag) chosen at run time from a config value
 #pragma once
 
@@ -25,21 +25,6 @@ constexpr DType precision_dtype(PrecisionType p) {
   return DType::f32;
 }
 
-/// The PrecisionType of the policy layer's MixedPrecision (the config value a tag stands for).
-constexpr PrecisionType to_precision_type(policy::MixedPrecision m) {
-  switch (m) {
-    case policy::MixedPrecision::fp8: return PrecisionType::fp8;
-    case policy::MixedPrecision::fp16: return PrecisionType::fp16;
-    case policy::MixedPrecision::bf16: return PrecisionType::bf16;
-    case policy::MixedPrecision::no: break;
-  }
-  return PrecisionType::no;
-}
-
-/// The PrecisionType of a precision policy tag.
-template <policy::Precision P>
-inline constexpr PrecisionType precision_type_of = to_precision_type(P::id);
-
 /// Calls f(tag) with the policy tag of `p` (fp8 means fp8<e4m3>), so that a run-time config value
 /// selects compile-time code.
 template <class F>
@@ -53,9 +38,8 @@ decltype(auto) with_precision(PrecisionType p, F&& f) {
   return std::forward<F>(f)(policy::fp32{});
 }
 
-static_assert(precision_type_of<policy::bf16> == PrecisionType::bf16);
-static_assert(precision_type_of<policy::fp8<>> == PrecisionType::fp8);
-static_assert(to_string(precision_type_of<policy::fp16>) == policy::fp16::mixed_precision);
-static_assert(precision_dtype(precision_type_of<policy::fp16>) == policy::fp16::storage_dtype);
+static_assert(to_string(policy::fp16::id) == policy::fp16::mixed_precision);
+static_assert(precision_dtype(policy::fp16::id) == policy::fp16::storage_dtype);
+static_assert(precision_dtype(policy::fp8<>::id) == policy::fp8<>::storage_dtype);
 
 }  // namespace accel::utils
