@@ -8,8 +8,10 @@
 //   visit_dtype(d, f)          f(std::type_identity<T>{}) for the runtime d (built on the above)
 //   dtype_from_string(s)       torch ("float16", "torch.bfloat16", "half") or safetensors ("BF16")
 //
-// Packed quantized storage types join later as enumerators whose block size exceeds one
-// element; `storage_nbytes` is the one place that turns an element count into bytes.
+// Packed quantized weights are not DTypes: every element kernel is instantiated over this list,
+// so a quantized layer holds its packed bytes in a u8 / i8 tensor and knows its block type itself
+// (docs/design.md, "Packed weights and quantizers"); `storage_nbytes` is the one place that turns
+// an element count into bytes.
 #pragma once
 
 #include <array>
