@@ -435,6 +435,9 @@ TEST_CASE("load_pretrained_causal_lm keeps keep_in_fp32_modules in float32", "[d
   const std::vector<float> got = logits.to_vector<float>();
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(0.02).margin(0.02));
+  // Generation holds its KV cache in the dtype the blocks compute in, not the kept head's.
+  CHECK(p.model->activation_dtype() == DType::bf16);
+  CHECK(models::generate(*p.model, prompt(), greedy).new_tokens.front().size() == 5);
 }
 
 namespace {

@@ -127,7 +127,7 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
   BasicCausalLM(const std::string& class_name, const std::string& base_name, std::shared_ptr<Base> base,
                 std::int64_t hidden, std::int64_t vocab, bool tie, const std::string& tied_embedding, DType dtype,
                 ModelInfo info)
-      : Module(class_name), info_(std::move(info)), dtype_(dtype) {
+      : Module(class_name), info_(std::move(info)), dtype_(dtype), embedding_(tied_embedding) {
     base_ = this->register_child(base_name, std::move(base));
     lm_head_ = this->register_child("lm_head", std::make_shared<nn::BasicLinear<P>>(hidden, vocab, false, dtype));
     if (tie) lm_head_->register_parameter("weight", base_->parameter_cell(tied_embedding));
@@ -151,10 +151,12 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
                 const Tensor& attention_mask) override {
     return (*this)(input_ids, cache, logits_to_keep, attention_mask);
   }
-  // The head's weight keeps its dtype on meta, so this holds while it is offloaded; a quantized
-  // head (packed bytes) computes in the dtype the model was built in.
+  // The blocks compute in the dtype of the hidden states the token embedding gives them, and the
+  // cache holds that: a head kept in float32 (keep_in_fp32_modules) does not change it. A weight
+  // keeps its dtype on meta, so this holds while the embedding is offloaded; a quantized one
+  // (packed bytes) gives the dtype the model was built in.
   DType activation_dtype() override {
-    const DType d = lm_head_->get_parameter("weight").dtype();
+    const DType d = base_->get_parameter(embedding_).dtype();
     return is_floating_point(d) ? d : dtype_;
   }
 
@@ -163,6 +165,7 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
   nn::ChildRef<> lm_head_;
   ModelInfo info_;
   DType dtype_;
+  std::string embedding_;  ///< the base's token embedding weight, relative to the base
 };
 
 }  // namespace accel::models
