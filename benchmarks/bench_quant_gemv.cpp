@@ -9,7 +9,7 @@
 //                    [--rows 1,16] [--cold] [--json]
 //
 // Rows beside the types: q4_0r (Q4_0 repacked as a GGUF layer loaded from a mapped file runs it,
-// quant/ggml_repack.hpp; compared with llama.cpp's q4_0 row), and f16x32 / bf16x32 (the same
+// quant/kernels/ggml_repack.hpp; compared with llama.cpp's q4_0 row), and f16x32 / bf16x32 (the same
 // activations widened to f32 through backend::cpu::gemv_rows without x_exact, which reads them in
 // f32: the f16 / bf16 rows go through ops::linear, which reads x narrowed to the weight's dtype). --rows: the activation rows per call (n). --cold: before each
 // timed call, 256 MiB are read through the caches, so the weights come from DRAM as they do when
@@ -46,11 +46,12 @@
 #include "accel/io/ggml_blocks.hpp"
 #include "accel/io/ggml_types.hpp"
 #include "accel/ops/matmul.hpp"
-#include "accel/quant/bnb_4bit.hpp"
-#include "accel/quant/bnb_int8.hpp"
-#include "accel/quant/ggml_linear.hpp"
-#include "accel/quant/ggml_quantize.hpp"
-#include "accel/quant/ggml_repack.hpp"
+#include "accel/quant/formats/bnb_4bit.hpp"
+#include "accel/quant/formats/bnb_int8.hpp"
+#include "accel/quant/formats/ggml_quantize.hpp"
+#include "accel/quant/kernels/ggml_repack.hpp"
+#include "accel/quant/layers/bnb_products.hpp"
+#include "accel/quant/layers/ggml_linear.hpp"
 #include "common/cpu_tier.hpp"
 #include "common/json_stdout.hpp"
 

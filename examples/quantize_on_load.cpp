@@ -30,10 +30,10 @@
 #include "accel/models/hf_models.hpp"
 #include "accel/nn/init.hpp"
 #include "accel/ops/elementwise.hpp"
-#include "accel/quant/bnb_quantizer.hpp"
-#include "accel/quant/gguf_quantizer.hpp"
-#include "accel/quant/quanto.hpp"
-#include "accel/quant/torchao.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
+#include "accel/quant/quantizers/torchao.hpp"
 #include "accel/utils/random.hpp"
 
 namespace fs = std::filesystem;

@@ -21,8 +21,8 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/safetensors.hpp"
-#include "accel/quant/bnb_4bit.hpp"
-#include "accel/quant/bnb_int8.hpp"
+#include "accel/quant/formats/bnb_4bit.hpp"
+#include "accel/quant/formats/bnb_int8.hpp"
 
 namespace {
 

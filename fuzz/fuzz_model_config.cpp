@@ -24,9 +24,9 @@
 #include "accel/models/hf_config.hpp"
 #include "accel/models/rope.hpp"
 #include "accel/nn/spec.hpp"
-#include "accel/quant/bnb_config.hpp"
-#include "accel/quant/quanto_config.hpp"
-#include "accel/quant/torchao_config.hpp"
+#include "accel/quant/config/bnb_config.hpp"
+#include "accel/quant/config/quanto_config.hpp"
+#include "accel/quant/config/torchao_config.hpp"
 
 namespace {
 

@@ -29,8 +29,8 @@
 #include "accel/io/sharded_index.hpp"
 #include "accel/io/torch_bin_write.hpp"
 #include "accel/io/zip.hpp"
-#include "accel/quant/bnb_4bit.hpp"
-#include "accel/quant/bnb_int8.hpp"
+#include "accel/quant/formats/bnb_4bit.hpp"
+#include "accel/quant/formats/bnb_int8.hpp"
 
 namespace fs = std::filesystem;
 using accel::DType;

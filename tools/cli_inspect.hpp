@@ -7,7 +7,7 @@
 // a GGUF file adds its header, each metadata value's type, and each tensor's offset (io/inspect.hpp).
 // A bitsandbytes checkpoint (safetensors, as transformers saves one) adds each quantized weight's
 // scheme and logical shape: a table after the tensors, "bitsandbytes": [{"name", "scheme",
-// "double_quant", "shape", "dtype", "blocksize"}] in the JSON (quant/bnb_checkpoint.hpp).
+// "double_quant", "shape", "dtype", "blocksize"}] in the JSON (quant/formats/bnb_checkpoint.hpp).
 // --dequantize writes one tensor as raw little-endian float32 to FILE (atomically), dequantized
 // (GGUF block types, bit-identical to ggml; bitsandbytes weights to their logical shape) or
 // converted, in the file's element order.
@@ -25,8 +25,8 @@
 
 #include "accel/io/bytes.hpp"
 #include "accel/io/inspect.hpp"
-#include "accel/quant/bnb_checkpoint.hpp"
-#include "accel/quant/dequantize_file.hpp"
+#include "accel/quant/formats/bnb_checkpoint.hpp"
+#include "accel/quant/formats/dequantize_file.hpp"
 #include "cli_command.hpp"
 #include "cli_common.hpp"
 

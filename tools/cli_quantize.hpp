@@ -9,7 +9,7 @@
 // absmax quantized again, or LLM.int8; or one of Quanto's weight types) and writes OUT_DIR as the
 // library saves it: bitsandbytes in transformers' layout (model.safetensors with each quantized
 // weight's state tensors beside it), Quanto as Diffusers saves a Quanto model (optimum-quanto's
-// tensors, quant/quanto.hpp); config.json with "quantization_config", and the folder's
+// tensors, quant/quantizers/quanto.hpp); config.json with "quantization_config", and the folder's
 // tokenizer.json / generation_config.json / tokenizer_config.json copied. The folder loads back
 // here (`accel run OUT_DIR`), in transformers (bitsandbytes) and Diffusers (Quanto). Each float weight is quantized as it
 // streams in, so memory holds the quantized bytes plus one tensor. The float dtype (what the kept
@@ -32,11 +32,11 @@
 #include "accel/core/memory_stats.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
-#include "accel/quant/auto_quantizer.hpp"
-#include "accel/quant/bnb_quantizer.hpp"
-#include "accel/quant/gguf_quantizer.hpp"
-#include "accel/quant/quanto.hpp"
-#include "accel/quant/torchao.hpp"
+#include "accel/quant/quantizers/auto_quantizer.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
+#include "accel/quant/quantizers/torchao.hpp"
 #include "cli_command.hpp"
 #include "cli_common.hpp"
 #include "cli_progress.hpp"

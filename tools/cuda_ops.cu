@@ -4,4 +4,4 @@
 #include "accel/backend/cuda/kernels.cuh"
 #include "accel/backend/cuda/runtime.hpp"
 #include "accel/ops/cuda/ops.cuh"
-#include "accel/quant/cuda/kernels.cuh"
+#include "accel/quant/kernels/cuda/kernels.cuh"

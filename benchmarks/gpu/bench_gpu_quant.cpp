@@ -1,4 +1,4 @@
-// Quantized products on a GPU (quant/cuda/kernels.cuh) next to cuBLAS on the bf16 weight and the
+// Quantized products on a GPU (quant/kernels/cuda/kernels.cuh) next to cuBLAS on the bf16 weight and the
 // GPU's own copy bandwidth, in one run.
 //
 //   bench_gpu_quant [--m 4096] [--k 4096,14336] [--n 1,16] [--iters 100] [--reps 5]
@@ -28,9 +28,9 @@
 #include "accel/backend/cuda/runtime.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/ops/ops.hpp"
-#include "accel/quant/affine.hpp"
-#include "accel/quant/bnb_linear.hpp"
-#include "accel/quant/ggml_linear.hpp"
+#include "accel/quant/layers/affine_linear.hpp"
+#include "accel/quant/layers/bnb_linear.hpp"
+#include "accel/quant/layers/ggml_linear.hpp"
 
 namespace {
 

@@ -32,10 +32,11 @@
 #include "accel/core/float_types.hpp"
 #include "accel/core/simd_arch.hpp"
 #include "accel/io/ggml_dequantize.hpp"
-#include "accel/quant/bnb_4bit.hpp"
-#include "accel/quant/bnb_int8.hpp"
-#include "accel/quant/ggml_dot.hpp"
-#include "accel/quant/ggml_quantize.hpp"
+#include "accel/quant/formats/bnb_4bit.hpp"
+#include "accel/quant/formats/bnb_int8.hpp"
+#include "accel/quant/formats/ggml_quantize.hpp"
+#include "accel/quant/kernels/ggml_dot.hpp"
+#include "accel/quant/layers/bnb_products.hpp"
 #include "convert_table_checks.hpp"
 
 using namespace accel;
@@ -153,8 +154,8 @@ TEST_CASE("the dispatch picks this CPU's tier, and ACCEL_CPU_ARCH caps it on eit
   CHECK(std::string(detail::convert_kernels().arch) == available_tiers<simd::ladder>().front());
   CHECK(simd::dispatch<quant::quant_ladder>([](auto a) { return std::string(decltype(a)::name()); }) ==
         available_tiers<quant::quant_ladder>().front());
-  CHECK(simd::dispatch<quant::bnb_int8_ladder>([](auto a) { return std::string(decltype(a)::name()); }) ==
-        available_tiers<quant::bnb_int8_ladder>().front());
+  CHECK(simd::dispatch<quant::int8_ladder>([](auto a) { return std::string(decltype(a)::name()); }) ==
+        available_tiers<quant::int8_ladder>().front());
 }
 
 TEST_CASE("the dtype conversion tables give the scalar rounding's bits") {
@@ -385,7 +386,7 @@ TEST_CASE("LLM.int8(): every tier gives the portable kernel's integers") {
       std::vector<std::int32_t> c0(rows * out, -1), c1(rows * out, -1);
       quant::int8_linear_matmul(simd::scalar{}, a.data(), rows, b.data(), k, out, r0, out, c0.data());
       tiers.clear();
-      quant::bnb_int8_ladder::for_each([&](auto arch) {
+      quant::int8_ladder::for_each([&](auto arch) {
         using A = decltype(arch);
         if (!A::supported() || !A::available()) return;
         INFO(A::name() << " rows " << rows << " k " << k);

@@ -31,13 +31,13 @@
 #include "accel/dispatch/big_modeling.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
-#include "accel/nn/init.hpp"
 #include "accel/models/generate.hpp"
+#include "accel/nn/init.hpp"
 #include "accel/ops/ops.hpp"
-#include "accel/quant/bnb_quantizer.hpp"
-#include "accel/quant/gguf_quantizer.hpp"
-#include "accel/quant/quanto.hpp"
-#include "accel/quant/torchao.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
+#include "accel/quant/quantizers/torchao.hpp"
 #include "cuda_side.hpp"
 
 using accel::Device;
@@ -725,7 +725,7 @@ TEST_CASE("cuda device stage: pinned and pageable sources reach a compute stream
   compute.synchronize();
 }
 
-// ---- packed weights (quant/cuda/kernels.cuh) ------------------------------------------------
+// ---- packed weights (quant/kernels/cuda/kernels.cuh) ------------------------------------------------
 
 namespace {
 

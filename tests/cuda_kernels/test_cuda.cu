@@ -15,7 +15,7 @@
 #include "accel/core/convert.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/ops/cuda/ops.cuh"
-#include "accel/quant/cuda/kernels.cuh"
+#include "accel/quant/kernels/cuda/kernels.cuh"
 
 namespace accel_test::cuda_side {
 

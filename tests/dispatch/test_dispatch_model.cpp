@@ -442,13 +442,13 @@ TEST_CASE("load_pretrained_causal_lm keeps keep_in_fp32_modules in float32", "[d
 
 namespace {
 /// A backend that quantizes nothing and answers `placement` when it is given no map (a given map
-/// is kept).
+/// is kept; no placement: no opinion, as QuantizerDefaults).
 struct PlacingQuantizer : dispatch::QuantizerDefaults {
-  explicit PlacingQuantizer(plan::DeviceMap p) : placement(std::move(p)) {}
-  plan::DeviceMap placement;
+  explicit PlacingQuantizer(std::optional<plan::DeviceMap> p) : placement(std::move(p)) {}
+  std::optional<plan::DeviceMap> placement;
   std::string name() const { return "placing"; }
   std::optional<plan::DeviceMap> update_device_map(std::optional<plan::DeviceMap> given) {
-    return given ? given : std::optional(placement);
+    return given ? given : placement;
   }
 };
 }  // namespace
@@ -466,12 +466,17 @@ TEST_CASE("load_pretrained_causal_lm consults the quantizer's update_device_map 
   CHECK(placed.device_map->lookup("lm_head.weight") == Placement::disk());
   CHECK(hooks::has_offloaded_params(placed.model->module().get_submodule("lm_head")));
   CHECK(placed.model->logits(prompt()).to_vector<float>() == ref.logits);
-  // A given map is the quantizer's to keep; "all on the CPU" for no map leaves the model unplaced.
+  // A given map is the quantizer's to keep; its "all on the CPU" for no map is a placement too.
   auto kept = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"), {.show_progress = false, .device_map = cpu,
                                                                           .quantizer = PlacingQuantizer(head_on_disk)});
   CHECK(kept.device_map == cpu);
+  auto on_cpu = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"),
+                                                    {.show_progress = false, .quantizer = PlacingQuantizer(cpu)});
+  CHECK(on_cpu.device_map == cpu);
+  CHECK_FALSE(hooks::has_offloaded_params(on_cpu.model->module().get_submodule("lm_head")));
+  // No opinion (the defaults' answer) leaves the model unplaced, as no quantizer does.
   auto unplaced = dispatch::load_pretrained_causal_lm(model_dir("tiny_llama"),
-                                                      {.show_progress = false, .quantizer = PlacingQuantizer(cpu)});
+                                                      {.show_progress = false, .quantizer = PlacingQuantizer(std::nullopt)});
   CHECK_FALSE(unplaced.device_map);
   CHECK(unplaced.model->logits(prompt()).to_vector<float>() == ref.logits);
 }

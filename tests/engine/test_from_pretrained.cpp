@@ -16,11 +16,11 @@
 #include "accel/io/gguf_model.hpp"
 #include "accel/io/gguf_write.hpp"
 #include "accel/io/load_state_dict.hpp"
-#include "accel/models/generate.hpp"
 #include "accel/io/sharding.hpp"
-#include "accel/quant/bnb_quantizer.hpp"
-#include "accel/quant/quanto.hpp"
-#include "accel/quant/torchao.hpp"
+#include "accel/models/generate.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
+#include "accel/quant/quantizers/torchao.hpp"
 
 namespace fs = std::filesystem;
 using namespace accel;

@@ -21,13 +21,13 @@
 #include "accel/core/memory_stats.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/models/generate.hpp"
-#include "accel/quant/affine.hpp"
-#include "accel/quant/auto_quantizer.hpp"
-#include "accel/quant/bnb_quantizer.hpp"
-#include "accel/quant/gguf_quantizer.hpp"
-#include "accel/quant/pipeline_config.hpp"
-#include "accel/quant/quanto.hpp"
-#include "accel/quant/torchao.hpp"
+#include "accel/quant/layers/affine_linear.hpp"
+#include "accel/quant/quantizers/auto_quantizer.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/pipeline_config.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
+#include "accel/quant/quantizers/torchao.hpp"
 
 // A namespace of its own: the layer's tests compile as one translation unit.
 namespace quant_affine_test {

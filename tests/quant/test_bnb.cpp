@@ -17,9 +17,10 @@
 #include <tuple>
 #include <vector>
 
-#include "accel/quant/bnb_4bit.hpp"
-#include "accel/quant/bnb_config.hpp"
-#include "accel/quant/bnb_int8.hpp"
+#include "accel/quant/config/bnb_config.hpp"
+#include "accel/quant/formats/bnb_4bit.hpp"
+#include "accel/quant/formats/bnb_int8.hpp"
+#include "accel/quant/layers/bnb_products.hpp"
 
 // A namespace of its own: the layer's tests compile as one translation unit.
 namespace quant_bnb_test {
@@ -38,7 +39,7 @@ std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.0
 }
 
 // What the 16-bit integer form of the 4-bit product may add to a float product of row `xr` with
-// weight row `o` (quant/bnb_4bit_gemv/int16_codes.hpp): less than 1e-4 of the block's absmax times
+// weight row `o` (quant/kernels/bnb_4bit_gemv/int16_codes.hpp): less than 1e-4 of the block's absmax times
 // the largest activation magnitude of each 64-element run, per element.
 double int16_form_bound(const float* xr, std::size_t in, const float* absmax, std::size_t o, std::size_t bs) {
   double bound = 0.0;
@@ -530,7 +531,7 @@ TEST_CASE("the int8 product: every tier and the portable one agree exactly", "[q
       for (std::size_t j = 0; j < k; ++j) s += a[t * k + j] * b[r0 * k + j];
       CHECK(c0[t * out + r0] == s);
     }
-    bnb_int8_ladder::for_each([&](auto arch) {
+    int8_ladder::for_each([&](auto arch) {
       using A = decltype(arch);
       if (!A::supported() || !A::available()) return;
       INFO(A::name() << " rows " << rows);

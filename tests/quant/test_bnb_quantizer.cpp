@@ -32,9 +32,9 @@
 #include "accel/nn/init.hpp"
 #include "accel/plan/infer_auto_device_map.hpp"
 #include "accel/plan/module_sizes.hpp"
-#include "accel/quant/bnb_checkpoint.hpp"
-#include "accel/quant/bnb_linear.hpp"
-#include "accel/quant/bnb_quantizer.hpp"
+#include "accel/quant/formats/bnb_checkpoint.hpp"
+#include "accel/quant/layers/bnb_linear.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
 
 // A namespace of its own: the layer's tests compile as one translation unit.
 namespace quant_bnb_quantizer_test {
@@ -343,7 +343,7 @@ TEST_CASE("save_bnb_model writes transformers' layout, and the folder loads back
         CHECK(saved.contains(layer + ".SCB"));
         CHECK(saved.contains(layer + ".weight_format"));
       }
-      // The file alone says what each weight is and gives it back (quant/bnb_checkpoint.hpp).
+      // The file alone says what each weight is and gives it back (quant/formats/bnb_checkpoint.hpp).
       const auto tensors = bnb_checkpoint_tensors(dir.file("model.safetensors"));
       const auto infos = bnb_weights(tensors);
       CHECK(infos.size() == (model == "tiny_llama" ? 14u : 8u));
@@ -519,7 +519,7 @@ TEST_CASE("dequantize() restores float layers holding the dequantized weights", 
     }
     // The float product of the same values: equal up to summation order, and on the tiers that
     // take the 16-bit integer form of the 4-bit product, up to its rounding (1e-4 of each product's
-    // scale, quant/bnb_4bit_gemv/int16_codes.hpp) carried through the layers.
+    // scale, quant/kernels/bnb_4bit_gemv/int16_codes.hpp) carried through the layers.
     CHECK(rel_err(logits_of(p), quantized) < 1e-3);
   }
   BnbQuantizer q8({.load_in_8bit = true});

@@ -27,13 +27,13 @@
 #include "accel/io/gguf_write.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/models/generate.hpp"
-#include "accel/quant/ggml_dot.hpp"
-#include "accel/quant/ggml_dot_x16.hpp"
-#include "accel/quant/ggml_linear.hpp"
-#include "accel/quant/ggml_quantize.hpp"
-#include "accel/quant/ggml_repack.hpp"
-#include "accel/quant/gguf_quantizer.hpp"
-#include "accel/quant/layer_swap.hpp"
+#include "accel/quant/formats/ggml_quantize.hpp"
+#include "accel/quant/kernels/ggml_dot.hpp"
+#include "accel/quant/kernels/ggml_dot_x16.hpp"
+#include "accel/quant/kernels/ggml_repack.hpp"
+#include "accel/quant/layers/ggml_linear.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/layer_swap.hpp"
 
 namespace fs = std::filesystem;
 using namespace accel;

@@ -20,8 +20,8 @@
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/load_state_dict.hpp"
 #include "accel/io/safetensors_write.hpp"
-#include "accel/quant/quanto.hpp"
-#include "accel/quant/quanto_format.hpp"
+#include "accel/quant/formats/quanto_format.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
 
 // A namespace of its own: the layer's tests compile as one translation unit.
 namespace quant_quanto_test {

@@ -16,7 +16,7 @@
 //                                               ACCEL_WITH_CUDA that includes it (accel.hpp does)
 //   kernel slots    backend/cuda/kernels.cuh    nvcc: dtype conversion and pattern fill
 //   op slots        ops/cuda/ops.cuh            nvcc: one per op of accel/ops
-//   quant slots     quant/cuda/kernels.cuh      nvcc: packed-weight decoding and products
+//   quant slots     quant/kernels/cuda/kernels.cuh      nvcc: packed-weight decoding and products
 //
 // A program therefore gets CUDA memory and copies from g++ code alone, and the kernels by
 // compiling one .cu file that includes ops/cuda/ops.cuh (tests/cuda_kernels/cuda.cmake shows the
@@ -75,8 +75,8 @@ struct DeviceOps {
   void (*cat)(const std::vector<Tensor>& xs, std::size_t dim, Tensor& out) = nullptr;
 };
 
-/// The CUDA kernels of the packed weight formats (quant/cuda/kernels.cuh). Contract: the host
-/// layer (quant/device_linear.hpp) has checked dtypes, shapes and that every tensor is contiguous
+/// The CUDA kernels of the packed weight formats (quant/kernels/cuda/kernels.cuh). Contract: the host
+/// layer (quant/layers/device_linear.hpp) has checked dtypes, shapes and that every tensor is contiguous
 /// on one GPU; `out` is allocated there. A ggml type travels as its GGUF type number (this layer
 /// cannot name io's enum). The `*_gemv` slots take x [n, in] (float32 or bfloat16, 16-byte
 /// aligned) with 1 <= n <= 8, an undefined or [out] float `bias`, and write out [n, out] in x's
@@ -98,7 +98,7 @@ struct DeviceQuantOps {
   void (*int8_dequantize)(const Tensor& codes, const Tensor& scale, float multiplier, Tensor& out) = nullptr;
   void (*int8_gemv)(const Tensor& x, const Tensor& codes, const Tensor& scale, float multiplier, const Tensor& bias,
                     Tensor& out) = nullptr;
-  /// W as Quanto / TorchAO codes (quant/affine_scheme.hpp's affine_value): `codes` bytes [out, row
+  /// W as Quanto / TorchAO codes (quant/formats/affine_scheme.hpp's affine_value): `codes` bytes [out, row
   /// bytes], f32 `scale` and `min` (undefined unless kind is zero_point) [out, groups] with `group`
   /// columns each; `kind` is the AffineKind's value.
   void (*affine_dequantize)(const Tensor& codes, const Tensor& scale, const Tensor& min, int kind, int bits,
@@ -159,7 +159,7 @@ struct DeviceBackend {
 
   // ---- op slots (ops/cuda/ops.cuh) ----
   DeviceOps ops;
-  // ---- quant slots (quant/cuda/kernels.cuh) ----
+  // ---- quant slots (quant/kernels/cuda/kernels.cuh) ----
   DeviceQuantOps quant;
 
   /// True once a runtime has registered itself.

@@ -148,6 +148,19 @@ inline bool in_keep_in_fp32_modules(std::string_view name, const std::vector<std
   return false;
 }
 
+/// `dtype` for each floating-point tensor of `named` (name, tensor pairs: a state_dict or
+/// named_parameters) that lies in one of `modules`, as in_keep_in_fp32_modules matches: the
+/// planner's special_dtypes for modules kept float32 or left unquantized.
+template <class Named>
+std::map<std::string, DType, std::less<>> dtypes_in_modules(const Named& named, const std::vector<std::string>& modules,
+                                                            DType dtype) {
+  std::map<std::string, DType, std::less<>> out;
+  for (const auto& [name, t] : named) {
+    if (t.is_floating_point() && in_keep_in_fp32_modules(name, modules)) out.emplace(name, dtype);
+  }
+  return out;
+}
+
 namespace detail {
 
 /// A folder made by mkdtemp, removed with everything in it when the guard dies.
@@ -477,6 +490,7 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
 }  // namespace accel::dispatch
 
 namespace accel {
+using dispatch::dtypes_in_modules;
 using dispatch::in_keep_in_fp32_modules;
 using dispatch::load_checkpoint_in_model;
 using dispatch::LoadCheckpointOptions;

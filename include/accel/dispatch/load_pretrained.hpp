@@ -32,8 +32,7 @@
 // get_special_dtypes_update, and float32 for keep_in_fp32_modules.
 //
 // A quantizer's update_device_map is consulted for an explicit map or none, as transformers does;
-// its answer "everything on the CPU" to no map leaves the model unplaced (no hooks), which is the
-// same placement.
+// a map it answers is dispatched, nullopt (the defaults' answer to none) leaves the model unplaced.
 #pragma once
 
 #include <algorithm>
@@ -204,14 +203,12 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
   out.offload_depth = options.offload_depth;
   bool has_disk = false;
   // The quantizer's default placement (transformers' update_device_map), for an explicit map or
-  // none; a strategy is planned below. Its answer "all on the CPU" to no map is what no map does.
+  // none (nullopt: no placement); a strategy is planned below.
   std::optional<DeviceMapArg> device_map = options.device_map;
   if (options.quantizer && !(device_map && std::holds_alternative<std::string>(*device_map))) {
     std::optional<DeviceMap> given;
     if (device_map) given = std::get<DeviceMap>(*device_map);
-    const std::optional<DeviceMap> updated = options.quantizer->update_device_map(given);
-    const bool all_cpu = updated && std::all_of(updated->begin(), updated->end(), [](const auto& e) { return e.second.is_cpu(); });
-    if (updated && (device_map || !all_cpu)) device_map = *updated;
+    if (std::optional<DeviceMap> updated = options.quantizer->update_device_map(given)) device_map = std::move(*updated);
   }
   if (device_map) {
     if (const auto* s = std::get_if<std::string>(&*device_map)) {
@@ -222,10 +219,8 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
       if (options.quantizer) {
         for (auto& [name, d] : options.quantizer->get_special_dtypes_update(root, out.dtype)) plan.special_dtypes.emplace(name, d);
       }
-      for (const auto& [name, t] : root.state_dict()) {
-        if (t.is_floating_point() && in_keep_in_fp32_modules(name, options.keep_in_fp32_modules)) {
-          plan.special_dtypes.insert_or_assign(name, DType::f32);
-        }
+      for (const auto& [name, d] : dtypes_in_modules(root.state_dict(), options.keep_in_fp32_modules, DType::f32)) {
+        plan.special_dtypes.insert_or_assign(name, d);
       }
       MaxMemory budgets = options.max_memory ? *options.max_memory : plan::get_max_memory();
       if (options.quantizer) budgets = options.quantizer->adjust_max_memory(std::move(budgets));

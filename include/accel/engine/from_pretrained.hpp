@@ -53,8 +53,8 @@
 #include "accel/io/gguf.hpp"
 #include "accel/io/gguf_tokenizer.hpp"
 #include "accel/plan/runtime_reserve.hpp"
-#include "accel/quant/auto_quantizer.hpp"
-#include "accel/quant/gguf_quantizer.hpp"
+#include "accel/quant/quantizers/auto_quantizer.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
 #include "accel/tokenize/tokenizer.hpp"
 
 namespace accel::engine {

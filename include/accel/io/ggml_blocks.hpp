@@ -195,7 +195,7 @@ using ggml_block_t = typename detail::ggml_block<T>::type;
 
 /// Calls f(std::integral_constant<GgmlType, T>{}) when `t` is a block type with a struct here
 /// (every quantized type io decodes), and returns whether it did. The one list of those types: the
-/// CPU dequantizer (io/ggml_dequantize.hpp) and the CUDA kernels (quant/cuda/ggml.cuh) dispatch
+/// CPU dequantizer (io/ggml_dequantize.hpp) and the CUDA kernels (quant/kernels/cuda/ggml.cuh) dispatch
 /// through it.
 template <class F>
 bool with_ggml_block(GgmlType t, F&& f) {

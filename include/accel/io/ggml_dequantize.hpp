@@ -6,7 +6,7 @@
 //   dequantize_ggml(t, bytes, shape) -> Tensor             a float32 cpu tensor of `shape`
 //   dequantize(const GgufFile& f, name) -> Tensor         a GGUF tensor, in torch order
 //
-// The block functions are ACCEL_HOST_DEVICE: the CUDA kernels (quant/cuda/kernels.cuh) decode
+// The block functions are ACCEL_HOST_DEVICE: the CUDA kernels (quant/kernels/cuda/kernels.cuh) decode
 // with them, so a GPU gives the same bits.
 // Exactness: every block format's value is a product of its f16 scale with small integers, exact
 // in float32, followed by at most one rounding (a subtraction of the min, or the last product of
@@ -26,8 +26,8 @@
 #include "accel/core/parallel.hpp"
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
-#include "accel/io/gguf.hpp"
 #include "accel/io/ggml_blocks.hpp"
+#include "accel/io/gguf.hpp"
 
 namespace accel::io {
 

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/json_fields.hpp"
 #include "accel/models/rope.hpp"
 
 namespace accel::models {
@@ -90,24 +91,9 @@ inline std::int64_t count_field(const nlohmann::json& j, const char* key, std::i
 }
 
 inline double positive_number(const nlohmann::json& j, const char* key, double fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number() || !(j[key].get<double>() > 0.0)) {
-    throw FormatError(source + ": " + key_path(key) + " must be a positive number, got " + j[key].dump());
-  }
-  return j[key].get<double>();
-}
-
-inline bool bool_field(const nlohmann::json& j, const char* key, bool fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) throw FormatError(source + ": " + key_path(key) + " must be true or false, got " + j[key].dump());
-  return j[key].get<bool>();
-}
-
-inline std::string string_field(const nlohmann::json& j, const char* key, const std::string& fallback,
-                                const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_string()) throw FormatError(source + ": " + key_path(key) + " must be a string, got " + j[key].dump());
-  return j[key].get<std::string>();
+  const double v = json_field_or<double, FormatError>(j, key, fallback, source);
+  if (!(v > 0.0)) throw FormatError(source + ": " + key_path(key) + " must be a positive number, got " + j[key].dump());
+  return v;
 }
 
 /// eos_token_id: an integer, a list of integers, or null.
@@ -142,7 +128,7 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::st
   using namespace detail;
   require_object(j, source);
   LlamaConfig c;
-  c.model_type = string_field(j, "model_type", "llama", source);
+  c.model_type = json_field_or<std::string, FormatError>(j, "model_type", "llama", source);
   const bool mistral = c.model_type == "mistral", qwen2 = c.model_type == "qwen2";
   c.vocab_size = count_field(j, "vocab_size", qwen2 ? 151936 : c.vocab_size, max_config_size, source);
   c.hidden_size = count_field(j, "hidden_size", c.hidden_size, max_config_size, source);
@@ -156,13 +142,13 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::st
   c.rms_norm_eps = positive_number(j, "rms_norm_eps", 1e-6, source);
   c.rope_theta = positive_number(j, "rope_theta", 10000.0, source);
   c.rope_scaling = RopeScaling::from_json(j.contains("rope_scaling") ? j["rope_scaling"] : nlohmann::json(), source);
-  const bool attention_bias = bool_field(j, "attention_bias", false, source);
+  const bool attention_bias = json_field_or<bool, FormatError>(j, "attention_bias", false, source);
   c.qkv_bias = qwen2 || attention_bias;
   c.o_bias = !qwen2 && attention_bias;
-  c.mlp_bias = bool_field(j, "mlp_bias", false, source);
-  const bool windowed = !qwen2 || bool_field(j, "use_sliding_window", false, source);
+  c.mlp_bias = json_field_or<bool, FormatError>(j, "mlp_bias", false, source);
+  const bool windowed = !qwen2 || json_field_or<bool, FormatError>(j, "use_sliding_window", false, source);
   if (windowed && (mistral || qwen2)) c.sliding_window = count_field(j, "sliding_window", mistral ? 4096 : 0, max_config_size, source);
-  c.tie_word_embeddings = bool_field(j, "tie_word_embeddings", false, source);
+  c.tie_word_embeddings = json_field_or<bool, FormatError>(j, "tie_word_embeddings", false, source);
   c.eos_token_ids = token_ids(j, "eos_token_id", {2}, source);
   const auto bos = token_ids(j, "bos_token_id", {1}, source);
   if (!bos.empty()) c.bos_token_id = bos.front();
@@ -179,7 +165,7 @@ inline LlamaConfig llama_config_from_json(const nlohmann::json& j, const std::st
     throw FormatError(source + ": the head dimension (" + std::to_string(c.resolved_head_dim()) +
                       ") must be even for rotary embeddings");
   }
-  const std::string act = string_field(j, "hidden_act", "silu", source);
+  const std::string act = json_field_or<std::string, FormatError>(j, "hidden_act", "silu", source);
   if (act != "silu" && act != "swish") {
     throw FormatError(source + ": 'hidden_act' '" + act + "' is not supported for " + c.model_type + " (supported: silu)");
   }
@@ -198,18 +184,18 @@ inline GPT2Config gpt2_config_from_json(const nlohmann::json& j, const std::stri
   c.n_head = count_field(j, "n_head", c.n_head, max_config_heads, source);
   c.n_inner = count_field(j, "n_inner", 0, max_config_size, source);
   c.layer_norm_epsilon = positive_number(j, "layer_norm_epsilon", 1e-5, source);
-  c.activation_function = string_field(j, "activation_function", "gelu_new", source);
+  c.activation_function = json_field_or<std::string, FormatError>(j, "activation_function", "gelu_new", source);
   static const std::string activations[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "silu"};
   if (std::find(std::begin(activations), std::end(activations), c.activation_function) == std::end(activations)) {
     throw FormatError(source + ": 'activation_function' '" + c.activation_function +
                       "' is not supported (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, silu)");
   }
-  c.scale_attn_weights = bool_field(j, "scale_attn_weights", true, source);
-  c.scale_attn_by_inverse_layer_idx = bool_field(j, "scale_attn_by_inverse_layer_idx", false, source);
-  if (bool_field(j, "reorder_and_upcast_attn", false, source)) {
+  c.scale_attn_weights = json_field_or<bool, FormatError>(j, "scale_attn_weights", true, source);
+  c.scale_attn_by_inverse_layer_idx = json_field_or<bool, FormatError>(j, "scale_attn_by_inverse_layer_idx", false, source);
+  if (json_field_or<bool, FormatError>(j, "reorder_and_upcast_attn", false, source)) {
     // Upcasting changes nothing in fp32 and accel's attention already accumulates in f32.
   }
-  c.tie_word_embeddings = bool_field(j, "tie_word_embeddings", true, source);
+  c.tie_word_embeddings = json_field_or<bool, FormatError>(j, "tie_word_embeddings", true, source);
   c.eos_token_ids = token_ids(j, "eos_token_id", {50256}, source);
   const auto bos = token_ids(j, "bos_token_id", {50256}, source);
   c.bos_token_id = bos.empty() ? std::nullopt : std::optional<std::int64_t>(bos.front());

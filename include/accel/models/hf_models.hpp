@@ -35,7 +35,7 @@ namespace detail {
 inline std::string model_type_of(const nlohmann::json& j, const std::string& source) {
   detail::require_object(j, source);
   if (!j.contains("model_type")) throw FormatError(source + ": the key 'model_type' is missing");
-  const std::string type = detail::string_field(j, "model_type", "", source);
+  const std::string type = json_field_or<std::string, FormatError>(j, "model_type", "", source);
   if (type != "gpt2" && type != "llama" && type != "mistral" && type != "qwen2") {
     throw ValueError(source + ": model_type '" + type + "' is not supported (supported: gpt2, llama, mistral, qwen2)");
   }

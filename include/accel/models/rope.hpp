@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/errors.hpp"
+#include "accel/core/json_fields.hpp"
 
 namespace accel::models {
 
@@ -42,16 +43,9 @@ struct RopeScaling {
     RopeScaling r;
     if (j.is_null()) return r;
     if (!j.is_object()) throw FormatError(source + ": 'rope_scaling' must be an object or null, got " + j.dump());
-    auto num = [&](const char* key, double fallback) {
-      if (!j.contains(key) || j[key].is_null()) return fallback;
-      if (!j[key].is_number()) throw FormatError(source + ": 'rope_scaling." + key + "' must be a number, got " + j[key].dump());
-      return j[key].get<double>();
-    };
-    const char* type_key = j.contains("rope_type") ? "rope_type" : "type";
-    if (j.contains(type_key)) {
-      if (!j[type_key].is_string()) throw FormatError(source + ": 'rope_scaling." + type_key + "' must be a string");
-      r.rope_type = j[type_key].get<std::string>();
-    }
+    const std::string where = source + ": rope_scaling";
+    auto num = [&](const char* key, double fallback) { return json_field_or<double, FormatError>(j, key, fallback, where); };
+    r.rope_type = json_field_or<std::string, FormatError>(j, j.contains("rope_type") ? "rope_type" : "type", r.rope_type, where);
     if (r.rope_type == "su" || r.rope_type == "longrope") {
       throw FormatError(source + ": rope_scaling type '" + r.rope_type +
                         "' is not supported (supported: default, linear, dynamic, llama3, yarn)");
@@ -68,20 +62,17 @@ struct RopeScaling {
     }
     r.low_freq_factor = num("low_freq_factor", 1.0);
     r.high_freq_factor = num("high_freq_factor", 4.0);
-    if (j.contains("original_max_position_embeddings") && !j["original_max_position_embeddings"].is_null()) {
-      const auto& v = j["original_max_position_embeddings"];
-      if (!v.is_number_integer() || v.get<std::int64_t>() <= 0) {
-        throw FormatError(source + ": 'rope_scaling.original_max_position_embeddings' must be a positive integer, got " +
-                          v.dump());
-      }
-      r.original_max_position_embeddings = v.get<std::int64_t>();
+    r.original_max_position_embeddings = json_field<std::int64_t, FormatError>(j, "original_max_position_embeddings", where);
+    if (r.original_max_position_embeddings && *r.original_max_position_embeddings <= 0) {
+      throw FormatError(where + ": 'original_max_position_embeddings' must be a positive integer, got " +
+                        std::to_string(*r.original_max_position_embeddings));
     }
     if (j.contains("attention_factor") && !j["attention_factor"].is_null()) r.attention_factor = num("attention_factor", 1.0);
     if (j.contains("mscale") && !j["mscale"].is_null()) r.mscale = num("mscale", 1.0);
     if (j.contains("mscale_all_dim") && !j["mscale_all_dim"].is_null()) r.mscale_all_dim = num("mscale_all_dim", 1.0);
     r.beta_fast = num("beta_fast", 32.0);
     r.beta_slow = num("beta_slow", 1.0);
-    if (j.contains("truncate") && j["truncate"].is_boolean()) r.truncate = j["truncate"].get<bool>();
+    r.truncate = json_field_or<bool, FormatError>(j, "truncate", r.truncate, where);
     if (r.rope_type == "llama3") {
       if (!r.original_max_position_embeddings) {
         throw FormatError(source + ": rope_scaling type 'llama3' needs 'original_max_position_embeddings'");
