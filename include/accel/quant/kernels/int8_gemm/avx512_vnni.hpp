@@ -14,6 +14,32 @@
 namespace accel::quant {
 
 namespace detail {
+/// One 64-byte step of int8_tile: plain loads for a whole step, a masked one for the tail (masked
+/// byte loads ran the one-row product at 13-18 GB/s on Zen 5, plain ones at about twice that).
+template <int NT, int R, bool Tail>
+[[gnu::always_inline]] ACCEL_TARGET_AVX512_VNNI inline void int8_step(const std::uint8_t* au, const std::int8_t* b,
+                                                                      std::size_t k, std::size_t r, std::size_t j,
+                                                                      __mmask64 m, __m512i (&acc)[NT][R],
+                                                                      __m512i (&sum)[R]) noexcept {
+  auto load = [m](const void* p) ACCEL_TARGET_AVX512_VNNI {
+    if constexpr (Tail) return _mm512_maskz_loadu_epi8(m, p);
+    else return _mm512_loadu_si512(p);
+  };
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i bv[R];
+#pragma GCC unroll 4
+  for (int q = 0; q < R; ++q) {
+    bv[q] = load(b + (r + static_cast<std::size_t>(q)) * k + j);
+    sum[q] = _mm512_dpbusd_epi32(sum[q], ones, bv[q]);
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    const __m512i av = load(au + static_cast<std::size_t>(t) * k + j);
+#pragma GCC unroll 4
+    for (int q = 0; q < R; ++q) acc[t][q] = _mm512_dpbusd_epi32(acc[t][q], av, bv[q]);
+  }
+}
+
 /// Columns [r0, r1) of C for NT activation rows `au` stored as unsigned codes (a + 128), R weight
 /// rows a step: VPDPBUSD multiplies unsigned by signed bytes, so sum((a + 128) b) - 128 sum(b) is
 /// the product, with sum(b) taken by one more VPDPBUSD against ones per weight step (shared by
@@ -22,7 +48,6 @@ template <int NT, int R>
 [[gnu::noinline]] ACCEL_TARGET_AVX512_VNNI void int8_tile(const std::uint8_t* au, const std::int8_t* b, std::size_t k,
                                                           std::size_t out, std::size_t r0, std::size_t r1,
                                                           std::int32_t* c) noexcept {
-  const __m512i ones = _mm512_set1_epi8(1);
   std::size_t r = r0;
   for (; r + R <= r1; r += R) {
     __m512i acc[NT][R], sum[R];
@@ -32,21 +57,9 @@ template <int NT, int R>
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) acc[t][q] = _mm512_setzero_si512();
     }
-    for (std::size_t j = 0; j < k; j += 64) {
-      const __mmask64 m = k - j >= 64 ? ~__mmask64{0} : (__mmask64{1} << (k - j)) - 1;
-      __m512i bv[R];
-#pragma GCC unroll 4
-      for (int q = 0; q < R; ++q) {
-        bv[q] = _mm512_maskz_loadu_epi8(m, b + (r + static_cast<std::size_t>(q)) * k + j);
-        sum[q] = _mm512_dpbusd_epi32(sum[q], ones, bv[q]);
-      }
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) {
-        const __m512i av = _mm512_maskz_loadu_epi8(m, au + static_cast<std::size_t>(t) * k + j);
-#pragma GCC unroll 4
-        for (int q = 0; q < R; ++q) acc[t][q] = _mm512_dpbusd_epi32(acc[t][q], av, bv[q]);
-      }
-    }
+    std::size_t j = 0;
+    for (; j + 64 <= k; j += 64) int8_step<NT, R, false>(au, b, k, r, j, 0, acc, sum);
+    if (j < k) int8_step<NT, R, true>(au, b, k, r, j, (__mmask64{1} << (k - j)) - 1, acc, sum);
 #pragma GCC unroll 4
     for (int q = 0; q < R; ++q) {
       const std::int32_t shift = 128 * _mm512_reduce_add_epi32(sum[q]);
