@@ -166,6 +166,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   if (split || req.device_map) out.offload = m.offload_depth == 0 ? "sync" : "prefetch:" + std::to_string(m.offload_depth);
   out.model_type = p.model->info().model_type;
   out.dtype = p.dtype;
+  out.mixed_precision = std::string(policy::to_string(p.model->precision()));
   out.quantization = m.quantization;
   out.quantized_layers = m.quantized_layers;
   if (m.quantization && out.quantized_layers == 0 && req.quantize && !req.quiet) {

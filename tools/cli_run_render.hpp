@@ -77,6 +77,7 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
     }
     j["model_type"] = r.model_type;
     j["dtype"] = std::string(dtype_name(r.dtype));
+    j["mixed_precision"] = r.mixed_precision;
     if (req.prompt) j["prompt"] = *req.prompt;
     j["prompt_ids"] = r.prompt_ids;
     j["generated_ids"] = r.generated_ids;

@@ -87,6 +87,7 @@ struct RunResult {
   std::optional<std::string> text;  ///< with a tokenizer
   std::string model_type;
   DType dtype = DType::f32;
+  std::string mixed_precision = "no";  ///< the precision the forward was compiled for (Accelerate's spelling)
   double load_s = 0, ttft_s = 0, tokens_per_s = 0;
   std::optional<DeviceMap> device_map;               ///< the placement, when one was asked for
   std::map<std::string, double> placed_bytes;        ///< weight bytes per placement ("cpu", "disk", "0")

@@ -187,6 +187,9 @@ def dtypes(accel, models):
     for dtype in ("bfloat16", "float16"):
         out = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", 8, "--dtype", dtype, "--json"), dtype)
         check(out.get("dtype") == dtype, f"{dtype}: reported dtype {out.get('dtype')}")
+        # The forward that ran is the one compiled for the dtype (LlamaForCausalLM<policies<bf16>>).
+        want = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
+        check(out.get("mixed_precision") == want, f"{dtype}: compiled precision {out.get('mixed_precision')}, not {want}")
         check(len(out.get("generated_ids", [])) == 8, f"{dtype}: 8 new tokens")
     sampled = [as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", 12, "--temperature", "1.3",
                            "--top-k", "20", "--seed", seed, "--json"), f"seed {seed}")["generated_ids"]
@@ -198,6 +201,7 @@ def dtypes(accel, models):
     copied = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", len(greedy), "--disable-mmap", "--json"),
                      "--disable-mmap")
     check(copied.get("generated_ids") == greedy, f"--disable-mmap: {copied.get('generated_ids')} != {greedy}")
+    check(copied.get("mixed_precision") == "no", f"float32: compiled precision {copied.get('mixed_precision')}, not no")
     text = run(accel, folder, "--ids", ids, "--max-new-tokens", 4)
     check(text.returncode == 0 and "tokens/s" in text.stdout and "time to first token" in text.stdout,
           f"text output shows timings: {text.stdout!r}")

@@ -151,3 +151,59 @@ TEST_CASE("The rotary embedding is a child the model calls: a hook sees it, a re
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(before[i]).margin(1e-5));
   CHECK(layer_count->calls == 1);
 }
+
+namespace {
+nlohmann::json fixture_config(const std::string& name) {
+  return nlohmann::json::parse(std::ifstream(model_fixture(name) / "config.json"));
+}
+template <class M>
+bool built_as(const std::shared_ptr<models::CausalLM>& lm) {
+  return dynamic_cast<M*>(lm.get()) != nullptr;
+}
+}  // namespace
+
+TEST_CASE("The precision policy picks the model's instantiation and what it computes in", "[models][call_path][policy]") {
+  using BF16 = policies<policy::bf16>;
+  using FP16 = policies<policy::fp16>;
+  const nlohmann::json llama = fixture_config("tiny_llama"), gpt2 = fixture_config("tiny_gpt2");
+  {
+    auto guard = nn::init_empty_weights(true);
+    // One place turns the run-time dtype into the bundle: each dtype gets the class compiled for it.
+    CHECK(built_as<models::LlamaForCausalLM<BF16>>(models::causal_lm_from_hf_config(llama, DType::bf16)));
+    CHECK(built_as<models::LlamaForCausalLM<FP16>>(models::causal_lm_from_hf_config(llama, DType::f16)));
+    CHECK(built_as<models::LlamaForCausalLM<>>(models::causal_lm_from_hf_config(llama, DType::f32)));
+    CHECK(built_as<models::GPT2LMHeadModel<BF16>>(models::causal_lm_from_hf_config(gpt2, DType::bf16)));
+    CHECK(built_as<models::GPT2LMHeadModel<>>(models::causal_lm_from_hf_config(gpt2)));
+    CHECK(dynamic_cast<models::LlamaModel<FP16>*>(
+              models::model_from_hf_config(llama, DType::f16, models::HFModelKind::base).get()) != nullptr);
+    // A dtype no precision is compiled for is refused, naming the config.
+    CHECK_THROWS_AS(models::causal_lm_from_hf_config(llama, DType::f64, "tiny/config.json"), ValueError);
+    CHECK_THROWS_WITH(models::causal_lm_from_hf_config(llama, DType::f64, "tiny/config.json"),
+                      Catch::Contains("tiny/config.json") && Catch::Contains("float64"));
+  }
+
+  // The library's loader builds the same instantiation, and its logits leave the bundle as float32
+  // (Accelerate's convert_outputs_to_fp32): bit for bit the bfloat16 logits of the run-time path
+  // (the default bundle holding bfloat16 weights), widened.
+  auto p = dispatch::load_pretrained_causal_lm(model_fixture("tiny_llama"), {.dtype = DType::bf16, .show_progress = false});
+  REQUIRE(built_as<models::LlamaForCausalLM<BF16>>(p.model));
+  CHECK(p.model->precision() == policy::PrecisionType::bf16);
+  const Tensor logits = p.model->logits(prompt());
+  CHECK(logits.dtype() == DType::f32);
+  std::shared_ptr<models::CausalLM> runtime =
+      std::make_shared<models::LlamaForCausalLM<>>(models::llama_config_from_json(llama), DType::bf16);
+  dispatch::load_checkpoint_in_model(runtime->module(), model_fixture("tiny_llama").string(), {.dtype = DType::bf16});
+  const Tensor runtime_logits = runtime->logits(prompt());
+  CHECK(runtime_logits.dtype() == DType::bf16);
+  CHECK(logits.to_vector<float>() == runtime_logits.to(DType::f32).to_vector<float>());
+
+  // A module kept in float32 computes in float32 inside the bfloat16 model: the head's logits are
+  // the float32 product of the (bfloat16) hidden states, not a bfloat16 one.
+  auto kept = dispatch::load_pretrained_causal_lm(model_fixture("tiny_llama"),
+                                                  {.dtype = DType::bf16, .show_progress = false, .keep_in_fp32_modules = {"lm_head"}});
+  auto& lm = dynamic_cast<models::LlamaForCausalLM<BF16>&>(*kept.model);
+  const Tensor hidden = lm.base_model()(prompt(), nullptr);  // the outermost call: widened to float32
+  CHECK(hidden.dtype() == DType::f32);
+  const Tensor want = ops::linear(hidden, lm.get_parameter("lm_head.weight"), Tensor());
+  CHECK(kept.model->logits(prompt()).to_vector<float>() == want.to_vector<float>());
+}

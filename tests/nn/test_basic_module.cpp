@@ -85,6 +85,13 @@ TEST_CASE("Two bundles compute the same code in different dtypes", "[nn][policy]
   Module& as_module = mixed;
   CHECK(as_module(x).dtype() == DType::f32);
   CHECK(mixed.inner_dtype == DType::bf16);
+  // A module kept in float32 (keep_in_fp32_modules) computes outside the bundle's scope: its
+  // float32 weight multiplies in float32, widening lower-precision activations.
+  mixed.proj->set_keeps_fp32(true);
+  CHECK(mixed(x).to_vector<float>() == y32.to_vector<float>());
+  CHECK(mixed.inner_dtype == DType::f32);
+  CHECK((*mixed.proj)(x.to(DType::bf16)).dtype() == DType::f32);
+  mixed.proj->set_keeps_fp32(false);
   // Layers of a bundle hold weights in its storage dtype unless told otherwise.
   CHECK(nn::BasicLinear<BF16>(4, 4).weight().dtype() == DType::bf16);
   CHECK(nn::Linear(4, 4).weight().dtype() == DType::f32);

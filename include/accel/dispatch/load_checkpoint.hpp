@@ -26,7 +26,9 @@
 // - A buffer placed on "disk" without `offload_buffers` is loaded on the CPU (Accelerate skips it
 //   and leaves it unloaded).
 // - keep_in_fp32_modules applies whatever `dtype` is asked for (Accelerate: float16 only) and
-//   matches whole dotted components ("wo" keeps "layers.0.wo.weight", not "two.weight").
+//   matches whole dotted components ("wo" keeps "layers.0.wo.weight", not "two.weight"). The
+//   modules it names are marked (nn::Module::keeps_fp32), so that they compute in float32 inside a
+//   model compiled for a lower precision, as transformers runs them.
 // - Missing keys are reported with a device map too; a name tied to a loaded name is not missing.
 // - No `offload_8bit_bnb`: a quantized layer placed on "disk" always goes to the offload folder
 //   with what its quantizer filled, a bitsandbytes int8 weight with its SCB beside it (what
@@ -436,6 +438,10 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
   if (options.dtype && !is_floating_point(*options.dtype)) {
     throw ValueError("load_checkpoint_in_model: dtype must be a floating-point type, got " +
                      std::string(dtype_name(*options.dtype)));
+  }
+  // A kept module computes in float32 too, not only holds it (nn::Module::keeps_fp32).
+  for (const auto& [name, m] : model.named_modules()) {
+    if (!name.empty() && in_keep_in_fp32_modules(name, options.keep_in_fp32_modules)) m->set_keeps_fp32(true);
   }
   const auto tied = nn::find_tied_parameters(model);
   bool has_disk = false;

@@ -48,7 +48,8 @@ class CausalLM {
   virtual nn::Module& module() = 0;
   virtual const ModelInfo& info() const = 0;
   /// Logits of `input_ids` [B, T] (int64 / int32) at positions cache->length() .. + T - 1 (0 ..
-  /// T - 1 without a cache), in the model's dtype; the last `logits_to_keep` positions only when
+  /// T - 1 without a cache), in float32 for a model compiled for a lower precision (its bundle
+  /// converts outputs, as Accelerate's mixed precision does), else in the model's dtype; the last `logits_to_keep` positions only when
   /// it is > 0. The cache is appended to and advanced by T. `attention_mask` (transformers'
   /// padding mask, [B, past + T], 0 on padding) leaves padded keys out and numbers each row's
   /// positions from its first real token, so left-padded prompts decode as they would alone.
@@ -59,6 +60,9 @@ class CausalLM {
   virtual std::vector<Device> layer_devices() = 0;
   /// The dtype activations (and so the cache) are held in.
   virtual DType activation_dtype() = 0;
+  /// The precision the model's forward was compiled for (its policy bundle's tag), as Accelerate
+  /// spells mixed_precision: `no` for float32, `bf16`, `fp16`.
+  virtual policy::PrecisionType precision() const = 0;
 
   /// A cache for `batch` sequences of up to `capacity` positions, one slot per layer.
   KVCache make_cache(std::int64_t batch, std::int64_t capacity) {
@@ -155,6 +159,7 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
   // cache holds that: a head kept in float32 (keep_in_fp32_modules) does not change it. A weight
   // keeps its dtype on meta, so this holds while the embedding is offloaded; a quantized one
   // (packed bytes) gives the dtype the model was built in.
+  policy::PrecisionType precision() const override { return P::precision::id; }
   DType activation_dtype() override {
     const DType d = base_->get_parameter(embedding_).dtype();
     return is_floating_point(d) ? d : dtype_;

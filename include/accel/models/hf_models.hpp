@@ -5,6 +5,7 @@
 //   auto model = model_from_hf_config(json);                       // the causal LM, on meta
 //   auto base = model_from_hf_config(json, DType::f32, HFModelKind::base);   // GPT2Model / LlamaModel
 //   std::shared_ptr<CausalLM> lm = causal_lm_from_hf_config(json, DType::bf16, "model/config.json");
+//                                  // a LlamaForCausalLM<policies<bf16>>: compiled for bf16
 //
 // model_type gpt2 builds GPT2LMHeadModel; llama, mistral and qwen2 build the LLaMA family
 // (MistralForCausalLM, Qwen2ForCausalLM). Other types, and configs whose fields are missing the
@@ -23,6 +24,7 @@
 #include "accel/models/hf_config.hpp"
 #include "accel/models/llama.hpp"
 #include "accel/nn/module.hpp"
+#include "accel/policy/policies.hpp"
 
 namespace accel::models {
 
@@ -43,28 +45,43 @@ inline std::string model_type_of(const nlohmann::json& j, const std::string& sou
 }
 }  // namespace detail
 
-/// The causal LM of a config.json, behind the CausalLM interface (weights in `dtype`).
+/// The causal LM of a config.json, behind the CausalLM interface: the instantiation compiled for
+/// `dtype` (GPT2LMHeadModel<policies<bf16>> for bfloat16, <policies<fp16>> for float16, the
+/// default bundle for float32), so its forward computes in the dtype its weights are held in and
+/// hands back float32 logits. ValueError for another dtype.
 inline std::shared_ptr<CausalLM> causal_lm_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32,
                                                           const std::string& source = "config.json") {
-  if (detail::model_type_of(j, source) == "gpt2") {
-    return std::make_shared<GPT2LMHeadModel<>>(gpt2_config_from_json(j, source), dtype);
-  }
-  return std::make_shared<LlamaForCausalLM<>>(llama_config_from_json(j, source), dtype);
+  const std::string type = detail::model_type_of(j, source);
+  return policy::with_storage_precision(
+      dtype,
+      [&](auto precision) -> std::shared_ptr<CausalLM> {
+        using P = precision_policies<decltype(precision)>;
+        if (type == "gpt2") return std::make_shared<GPT2LMHeadModel<P>>(gpt2_config_from_json(j, source), dtype);
+        return std::make_shared<LlamaForCausalLM<P>>(llama_config_from_json(j, source), dtype);
+      },
+      source);
 }
 
-/// The model of a config.json as a Module tree: the causal LM (default) or the base model.
+/// The model of a config.json as a Module tree, the causal LM (default) or the base model, in the
+/// instantiation compiled for `dtype` as causal_lm_from_hf_config picks it.
 inline std::shared_ptr<nn::Module> model_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32,
                                                         HFModelKind kind = HFModelKind::causal_lm,
                                                         const std::string& source = "config.json") {
   const std::string type = detail::model_type_of(j, source);
-  if (type == "gpt2") {
-    const GPT2Config c = gpt2_config_from_json(j, source);
-    if (kind == HFModelKind::base) return std::make_shared<GPT2Model<>>(c, dtype);
-    return std::make_shared<GPT2LMHeadModel<>>(c, dtype);
-  }
-  const LlamaConfig c = llama_config_from_json(j, source);
-  if (kind == HFModelKind::base) return std::make_shared<LlamaModel<>>(c, dtype);
-  return std::make_shared<LlamaForCausalLM<>>(c, dtype);
+  return policy::with_storage_precision(
+      dtype,
+      [&](auto precision) -> std::shared_ptr<nn::Module> {
+        using P = precision_policies<decltype(precision)>;
+        if (type == "gpt2") {
+          const GPT2Config c = gpt2_config_from_json(j, source);
+          if (kind == HFModelKind::base) return std::make_shared<GPT2Model<P>>(c, dtype);
+          return std::make_shared<GPT2LMHeadModel<P>>(c, dtype);
+        }
+        const LlamaConfig c = llama_config_from_json(j, source);
+        if (kind == HFModelKind::base) return std::make_shared<LlamaModel<P>>(c, dtype);
+        return std::make_shared<LlamaForCausalLM<P>>(c, dtype);
+      },
+      source);
 }
 
 }  // namespace accel::models

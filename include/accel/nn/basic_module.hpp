@@ -10,8 +10,8 @@
 //   bundle, so one planner serves every model.
 // - `BasicModule<Derived, P>` is the computing node. P's precision decides the dtype layers hold
 //   their weights in (`P::precision::storage_dtype`, the default dtype of BasicLinear<P> & co.) and
-//   compute in: a call enters an autocast scope of `compute_dtype` (none for fp32), so matmul,
-//   linear and attention run there. With `convert_outputs_to_fp32`, the outermost call of a
+//   compute in: a call enters an autocast scope of `compute_dtype` (none for fp32, and none for a
+//   module kept in float32, Module::keeps_fp32), so matmul, linear and attention run there. With `convert_outputs_to_fp32`, the outermost call of a
 //   bundle converts every f16 / bf16 tensor of its result to f32, as Accelerate wraps only the
 //   model's forward. P's offload policy is what the hooks layer attaches (`policies::offload`).
 // - Derived is the module's own class (libtorch's Cloneable<Derived> habit): operator() calls
@@ -84,7 +84,7 @@ class BasicModule : public Module {
     if constexpr (plain_call) {
       return Module::invoke(self, std::forward<Args>(args)...);
     } else {
-      return scoped([&] { return Module::invoke(self, std::forward<Args>(args)...); });
+      return scoped(this->keeps_fp32(), [&] { return Module::invoke(self, std::forward<Args>(args)...); });
     }
   }
 
@@ -118,15 +118,17 @@ class BasicModule : public Module {
   }
 
  private:
+  // `full_precision`: a module kept in float32 computes with autocast off (Module::keeps_fp32).
   template <class Call>
-  static auto scoped(Call&& call) {
+  static auto scoped(bool full_precision, Call&& call) {
     int& depth = detail::policy_call_depth();
     const bool outermost = depth == 0;
     struct DepthGuard {
       int& d;
       ~DepthGuard() { --d; }
     } depth_guard{++depth};
-    core::AutocastGuard autocast(compute_dtype == DType::f32 ? std::nullopt : std::optional<DType>(compute_dtype));
+    core::AutocastGuard autocast(compute_dtype == DType::f32 || full_precision ? std::nullopt
+                                                                               : std::optional<DType>(compute_dtype));
     auto out = call();
     if constexpr (precision::convert_outputs_to_fp32) {
       if (outermost) {

@@ -32,6 +32,14 @@ inline void check_positive(const char* layer, const char* what, std::int64_t v) 
 }
 /// The tensor of an optional slot (undefined when the layer has none).
 inline Tensor slot_tensor(const ParameterPtr* slot) { return slot ? (*slot)->data : Tensor{}; }
+
+/// y = x W^T + b. A float32 weight given lower-precision activations (a layer kept in float32,
+/// keep_in_fp32_modules) takes them widened, as torch's type promotion would; whether the product
+/// runs in float32 is the call's scope (the kept module opens none, Module::keeps_fp32).
+inline Tensor linear_widening(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (w.dtype() == DType::f32 && x.dtype() != DType::f32 && x.is_floating_point()) return ops::linear(x.to(DType::f32), w, b);
+  return ops::linear(x, w, b);
+}
 }  // namespace detail
 
 /// torch.nn.Linear: weight [out_features, in_features], optional bias [out_features].
@@ -54,12 +62,7 @@ class BasicLinear : public BasicModule<BasicLinear<P>, P> {
   Tensor bias() const { return detail::slot_tensor(bias_); }
 
   Tensor forward(const Tensor& x) override {
-    const Tensor& w = (*weight_)->data;
-    // A layer kept in float32 among lower-precision ones (keep_in_fp32_modules) computes in float32.
-    if (w.dtype() == DType::f32 && x.dtype() != DType::f32 && x.is_floating_point()) {
-      return ops::linear(x.to(DType::f32), w, detail::slot_tensor(bias_));
-    }
-    return ops::linear(x, w, detail::slot_tensor(bias_));
+    return detail::linear_widening(x, (*weight_)->data, detail::slot_tensor(bias_));
   }
 
  private:
@@ -84,7 +87,9 @@ class BasicConv1D : public BasicModule<BasicConv1D<P>, P> {
   const Tensor& weight() const { return (*weight_)->data; }
   const Tensor& bias() const { return (*bias_)->data; }
   // x W with W [in, out] is linear() with the transposed view (no copy).
-  Tensor forward(const Tensor& x) override { return ops::linear(x, (*weight_)->data.t(), (*bias_)->data); }
+  Tensor forward(const Tensor& x) override {
+    return detail::linear_widening(x, (*weight_)->data.t(), (*bias_)->data);
+  }
 
  private:
   ParameterPtr* weight_ = nullptr;

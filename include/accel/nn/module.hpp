@@ -95,6 +95,13 @@ class Module {
   const std::string& class_name() const noexcept { return class_name_; }
   void set_class_name(std::string name) { class_name_ = std::move(name); }
 
+  /// Whether this module is kept in float32 inside a lower-precision model (transformers'
+  /// keep_in_fp32_modules; the checkpoint loader sets it on every module it keeps): a computing
+  /// module so marked runs its calls outside its bundle's autocast scope, as transformers, which
+  /// has no scope, runs it in float32.
+  bool keeps_fp32() const noexcept { return keeps_fp32_; }
+  void set_keeps_fp32(bool keep) noexcept { keeps_fp32_ = keep; }
+
   /// transformers' `_no_split_modules`: read by calculate_maximum_sizes only.
   const std::vector<std::string>& no_split_modules() const noexcept { return no_split_modules_; }
   void set_no_split_modules(std::vector<std::string> classes) { no_split_modules_ = std::move(classes); }
@@ -649,6 +656,7 @@ class Module {
 
   std::string class_name_;
   std::vector<std::string> no_split_modules_;
+  bool keeps_fp32_ = false;
   std::deque<ParameterSlot> params_;
   std::deque<BufferSlot> buffers_;
   std::deque<ChildSlot> children_;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/bind.hpp>
@@ -160,6 +161,12 @@ struct policies : basic_policies<policy::kinds, Ts...> {};
 
 /// The bundle a user who names nothing gets.
 using default_policies = policies<>;
+
+/// The bundle of precision `Tag` alone; the default precision (fp32) is spelled policies<>, so that
+/// one precision has one type (LlamaForCausalLM<> is the fp32 model, not a twin of it).
+template <policy::Precision Tag>
+using precision_policies =
+    std::conditional_t<std::is_same_v<Tag, policy::precision_kind::default_tag>, default_policies, policies<Tag>>;
 
 /// True for policy bundles that Module & co. can take: every policies<...>, and a basic_policies
 /// whose kinds include all of policy::kinds, since those read `P::precision`, `P::offload`, ...

@@ -4,15 +4,23 @@
 // A precision names the dtype weights are held in, the dtype matmuls compute in, and whether
 // module outputs are converted back to fp32 (Accelerate's convert_outputs_to_fp32). Each tag
 // carries the PrecisionType it stands for (Accelerate's mixed_precision, which its config spells
-// "no", "fp16", "bf16" or "fp8"): the one enum of the setting, which utils' config files read
-// and with_precision turns into the tag. The default of a policy bundle is fp32.
+// "no", "fp16", "bf16" or "fp8"): the one enum of the setting, which utils' config files read.
+// The default of a policy bundle is fp32.
+//
+// Two functions turn a run-time choice into a tag, in one place each: with_precision(setting, f)
+// for a mixed-precision setting (a config file's "bf16"), with_storage_precision(dtype, f) for
+// the dtype a model's weights are held in (a checkpoint's torch_dtype, `accel run --dtype`),
+// which is how the model factories pick the instantiation compiled for that dtype.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "accel/core/dtype.hpp"
+#include "accel/core/errors.hpp"
 #include "accel/policy/kind.hpp"
 
 namespace accel::policy {
@@ -106,6 +114,35 @@ inline constexpr bool is_precision_v = std::is_base_of_v<precision_tag, T>;
 /// A precision tag: fp32, fp16, bf16 or fp8<e4m3|e5m2>.
 template <class T>
 concept Precision = is_precision_v<T>;
+
+/// Calls f(tag) with the precision tag of a mixed-precision setting (fp8 means fp8<e4m3>), so that
+/// a run-time config value selects compile-time code.
+template <class F>
+decltype(auto) with_precision(PrecisionType p, F&& f) {
+  switch (p) {
+    case PrecisionType::fp16: return std::forward<F>(f)(fp16{});
+    case PrecisionType::bf16: return std::forward<F>(f)(bf16{});
+    case PrecisionType::fp8: return std::forward<F>(f)(fp8<>{});
+    case PrecisionType::no: break;
+  }
+  return std::forward<F>(f)(fp32{});
+}
+
+/// Calls f(tag) with the precision whose weights are held in `dtype`: fp32, fp16 or bf16. A model
+/// built for a dtype chosen at run time is the instantiation compiled for that precision, so its
+/// forward computes in the dtype its weights are held in (and outputs leave it as float32, as the
+/// tag says). ValueError naming `what` for any other dtype.
+template <class F>
+decltype(auto) with_storage_precision(DType dtype, F&& f, std::string_view what = "model") {
+  switch (dtype) {
+    case DType::f32: return std::forward<F>(f)(fp32{});
+    case DType::f16: return std::forward<F>(f)(fp16{});
+    case DType::bf16: return std::forward<F>(f)(bf16{});
+    default: break;
+  }
+  throw ValueError(std::string(what) + ": weights in " + std::string(dtype_name(dtype)) +
+                   " have no compiled precision (float32, float16 or bfloat16)");
+}
 
 /// The precision kind of a policy bundle (see kind.hpp for what each member is for).
 struct precision_kind {

@@ -3,7 +3,8 @@
 //   precision_dtype(PrecisionType)       no -> f32, fp16 -> f16, bf16 -> bf16, fp8 -> f8_e4m3fn
 //   policy::bf16::id                     PrecisionType::bf16 (compile time; the enum is the policy
 //                                        layer's, so a tag and a config value are one spelling)
-//   with_precision(PrecisionType, f)     f(policy tag) chosen at run time from a config value
+//   with_precision(PrecisionType, f)     f(policy tag) chosen at run time from a config value (the
+//                                        policy layer's, re-exported)
 #pragma once
 
 #include <utility>
@@ -25,18 +26,8 @@ constexpr DType precision_dtype(PrecisionType p) {
   return DType::f32;
 }
 
-/// Calls f(tag) with the policy tag of `p` (fp8 means fp8<e4m3>), so that a run-time config value
-/// selects compile-time code.
-template <class F>
-decltype(auto) with_precision(PrecisionType p, F&& f) {
-  switch (p) {
-    case PrecisionType::fp16: return std::forward<F>(f)(policy::fp16{});
-    case PrecisionType::bf16: return std::forward<F>(f)(policy::bf16{});
-    case PrecisionType::fp8: return std::forward<F>(f)(policy::fp8<>{});
-    case PrecisionType::no: break;
-  }
-  return std::forward<F>(f)(policy::fp32{});
-}
+/// Calls f(tag) with the policy tag of a setting (policy/precision.hpp: the one place it is written).
+using policy::with_precision;
 
 static_assert(to_string(policy::fp16::id) == policy::fp16::mixed_precision);
 static_assert(precision_dtype(policy::fp16::id) == policy::fp16::storage_dtype);

@@ -33,6 +33,7 @@
 #include <string>
 #include <utility>
 
+#include "accel/core/autocast_state.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
@@ -175,6 +176,7 @@ class BasicLinear4bit : public nn::BasicModule<BasicLinear4bit<P>, P> {
     const Tensor xc = x.to(o_.compute_dtype);
     const Tensor b = bias_ ? (*bias_)->data.to(Device::cpu(), o_.compute_dtype) : Tensor();
     const std::int64_t rows = x.numel() / in_;
+    core::AutocastGuard own_arithmetic(std::nullopt);  // bnb_4bit_compute_dtype, whatever the model's scope
     Tensor y = rows <= gemv_rows ? gemv_4bit(xc, w, *decoded_, b)
                                  : ops::linear(xc, dequantize_4bit(w, *decoded_).to(o_.compute_dtype), b);
     return y.dtype() == x.dtype() ? y : y.to(x.dtype());

@@ -5,7 +5,8 @@
 //
 // The frame checks x (floating point, last dimension `in`), converts it to contiguous float32 on
 // the CPU, makes y float32 [..., out], calls body(args), adds the bias unless the body did, and
-// casts y back to x's dtype. The body owns the arithmetic and how it splits the weight rows over
+// casts y back to x's dtype. The product computes in float32 whatever compute scope the model's
+// policy opened: a quantized layer's arithmetic is its own, not the autocast dtype's. The body owns the arithmetic and how it splits the weight rows over
 // the threads (activation_rows.hpp's for_weight_blocks, or parallel_for over tiles), since that
 // split is what each kernel family is shaped for. Its GPU counterpart is device_linear.hpp's
 // device_quantized_linear; a layer whose weight may sit on a GPU tries that first.
@@ -14,9 +15,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "accel/core/autocast_state.hpp"
 #include "accel/core/dtype.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
@@ -49,6 +52,7 @@ Tensor cpu_quantized_linear(std::string_view op, const Tensor& x, std::int64_t i
   if (b.defined() && b.numel() != out) {
     throw ShapeError(std::string(op) + ": bias " + bias.shape().str() + " does not match " + std::to_string(out) + " outputs");
   }
+  core::AutocastGuard own_arithmetic(std::nullopt);  // a body's ops::linear stays float32
   const Tensor xf = x.to(Device::cpu(), DType::f32).contiguous();
   Shape ys = x.shape();
   ys[ys.size() - 1] = out;

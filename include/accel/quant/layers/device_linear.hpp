@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "accel/core/autocast_state.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/core/errors.hpp"
 #include "accel/core/tensor.hpp"
@@ -74,6 +76,7 @@ Tensor device_quantized_linear(const std::string& op, const Tensor& x, const Ten
   }
   Tensor w = Tensor::empty(Shape{out, in}, x.dtype(), x.device());
   if (w.numel()) dequantize(w);
+  core::AutocastGuard own_arithmetic(std::nullopt);  // in x's dtype, as the CPU frame keeps its own
   return ops::linear(x, w, bias.defined() ? bias.to(x.device(), x.dtype()) : Tensor());
 }
 
