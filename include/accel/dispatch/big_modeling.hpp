@@ -241,12 +241,7 @@ LoadResult load_checkpoint_and_dispatch(nn::Module& model, const std::string& ch
 }  // namespace accel::dispatch
 
 namespace accel {
-using dispatch::cpu_offload;
-using dispatch::cpu_offload_with_hook;
-using dispatch::disk_offload;
-using dispatch::dispatch_model;
-using dispatch::DispatchOptions;
-using dispatch::load_checkpoint_and_dispatch;
-using dispatch::LoadAndDispatchOptions;
-using dispatch::OffloadOptions;
+using dispatch::cpu_offload, dispatch::cpu_offload_with_hook, dispatch::disk_offload, dispatch::dispatch_model,
+    dispatch::DispatchOptions, dispatch::load_checkpoint_and_dispatch, dispatch::LoadAndDispatchOptions,
+    dispatch::OffloadOptions;
 }  // namespace accel

@@ -496,9 +496,6 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
 }  // namespace accel::dispatch
 
 namespace accel {
-using dispatch::dtypes_in_modules;
-using dispatch::in_keep_in_fp32_modules;
-using dispatch::load_checkpoint_in_model;
-using dispatch::LoadCheckpointOptions;
-using dispatch::LoadResult;
+using dispatch::dtypes_in_modules, dispatch::in_keep_in_fp32_modules, dispatch::load_checkpoint_in_model,
+    dispatch::LoadCheckpointOptions, dispatch::LoadResult;
 }  // namespace accel

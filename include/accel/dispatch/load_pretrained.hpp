@@ -193,13 +193,12 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
   // Found once: both loads below read the same checkpoint.
   const std::string checkpoint = gguf ? folder.string() : io::resolve_checkpoint_folder(folder).path.string();
   if (options.quantizer) options.quantizer->preprocess_model(root, io::resolve_checkpoint_files(checkpoint));
-  LoadCheckpointOptions lo;
-  lo.quantizer = options.quantizer;
-  lo.dtype = out.dtype;
-  lo.show_progress = options.show_progress;
-  lo.progress = options.progress;
-  lo.disable_mmap = options.disable_mmap;
-  lo.keep_in_fp32_modules = options.keep_in_fp32_modules;
+  LoadCheckpointOptions lo{.dtype = out.dtype,
+                           .keep_in_fp32_modules = options.keep_in_fp32_modules,
+                           .show_progress = options.show_progress,
+                           .progress = options.progress,
+                           .disable_mmap = options.disable_mmap,
+                           .quantizer = options.quantizer};
   out.offload_depth = options.offload_depth;
   bool has_disk = false;
   // The quantizer's default placement (transformers' update_device_map), for an explicit map or

@@ -228,6 +228,5 @@ class AnyQuantizer {
 }  // namespace accel::dispatch
 
 namespace accel {
-using dispatch::AnyQuantizer;
-using dispatch::QuantizerDefaults;
+using dispatch::AnyQuantizer, dispatch::QuantizerDefaults;
 }  // namespace accel

@@ -15,14 +15,7 @@
 #include "accel/dist/verify.hpp"
 
 namespace accel {
-using dist::broadcast;
-using dist::broadcast_object_list;
-using dist::DistributedOperationException;
-using dist::extract_model_from_parallel;
-using dist::gather;
-using dist::gather_object;
-using dist::pad_across_processes;
-using dist::PartialState;
-using dist::reduce;
-using dist::wait_for_everyone;
+using dist::broadcast, dist::broadcast_object_list, dist::DistributedOperationException,
+    dist::extract_model_from_parallel, dist::gather, dist::gather_object, dist::pad_across_processes,
+    dist::PartialState, dist::reduce, dist::wait_for_everyone;
 }  // namespace accel

@@ -259,7 +259,5 @@ LoadedModel from_pretrained(const dist::PartialState<D>& state, const std::files
 }  // namespace accel::engine
 
 namespace accel {
-using engine::from_pretrained;
-using engine::FromPretrainedOptions;
-using engine::LoadedModel;
+using engine::from_pretrained, engine::FromPretrainedOptions, engine::LoadedModel;
 }  // namespace accel

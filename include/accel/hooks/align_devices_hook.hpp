@@ -439,7 +439,5 @@ inline bool has_offloaded_params(const nn::Module& module) {
 }  // namespace accel::hooks
 
 namespace accel {
-using hooks::AlignDevicesHook;
-using hooks::AlignDevicesOptions;
-using hooks::has_offloaded_params;
+using hooks::AlignDevicesHook, hooks::AlignDevicesOptions, hooks::has_offloaded_params;
 }  // namespace accel

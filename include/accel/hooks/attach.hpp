@@ -39,10 +39,16 @@
 
 namespace accel::hooks {
 
-/// Arguments shared by the attach functions, with Accelerate's names and defaults.
-struct AttachOptions {
-  std::optional<Device> execution_device{};
-  bool offload = false;
+/// Arguments of the attach functions, with Accelerate's names and defaults; `Where` and `Offloads`
+/// are how execution devices and offload flags are given: one for the whole subtree
+/// (AttachOptions) or per module name (BlockAttachOptions).
+template <class Where, class Offloads>
+struct BasicAttachOptions {
+  /// Where forward runs: one device (nullopt: where the arguments are), or module name -> device
+  /// ("" names the root).
+  Where execution_device{};
+  /// Whether weights are offloaded: one flag, or module name -> flag.
+  Offloads offload{};
   /// The whole model's weights map; each hook gets the view under its module's name.
   WeightsMap weights_map{};
   bool offload_buffers = false;
@@ -56,20 +62,10 @@ struct AttachOptions {
   std::shared_ptr<WeightStream> stream{};
 };
 
+/// attach_align_device_hook's arguments: one device and one offload flag.
+using AttachOptions = BasicAttachOptions<std::optional<Device>, bool>;
 /// attach_align_device_hook_on_blocks' arguments: per-module devices and offload flags.
-struct BlockAttachOptions {
-  /// Module name -> execution device ("" names the root).
-  std::map<std::string, Device> execution_device{};
-  /// Module name -> whether its weights are offloaded.
-  std::map<std::string, bool> offload{};
-  WeightsMap weights_map{};
-  bool offload_buffers = false;
-  std::string module_name{};
-  std::vector<std::string> skip_keys{};
-  std::vector<std::string> preload_module_classes{};
-  std::shared_ptr<nn::TiedParamsMap> tied_params_map{};
-  std::shared_ptr<WeightStream> stream{};
-};
+using BlockAttachOptions = BasicAttachOptions<std::map<std::string, Device>, std::map<std::string, bool>>;
 
 namespace detail {
 inline bool has_direct_tensors(const nn::Module& m) { return !m.parameter_slots().empty() || !m.buffer_slots().empty(); }
@@ -257,9 +253,6 @@ class AlignModuleDevice {
 }  // namespace accel::hooks
 
 namespace accel {
-using hooks::align_module_device;
-using hooks::attach_align_device_hook;
-using hooks::attach_align_device_hook_on_blocks;
-using hooks::attach_execution_device_hook;
-using hooks::offload_stream;
+using hooks::align_module_device, hooks::attach_align_device_hook, hooks::attach_align_device_hook_on_blocks,
+    hooks::attach_execution_device_hook, hooks::offload_stream;
 }  // namespace accel

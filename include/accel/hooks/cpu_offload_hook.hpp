@@ -77,6 +77,5 @@ inline void CpuOffload::pre_forward(nn::Module& module, const TensorRefs& args) 
 }  // namespace accel::hooks
 
 namespace accel {
-using hooks::CpuOffload;
-using hooks::UserCpuOffloadHook;
+using hooks::CpuOffload, hooks::UserCpuOffloadHook;
 }  // namespace accel

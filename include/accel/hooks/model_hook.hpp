@@ -216,8 +216,5 @@ inline void remove_hook_from_submodules(nn::Module& module) { remove_hook_from_m
 }  // namespace accel::hooks
 
 namespace accel {
-using hooks::add_hook_to_module;
-using hooks::find_hook;
-using hooks::remove_hook_from_module;
-using hooks::remove_hook_from_submodules;
+using hooks::add_hook_to_module, hooks::find_hook, hooks::remove_hook_from_module, hooks::remove_hook_from_submodules;
 }  // namespace accel

@@ -361,18 +361,8 @@ Like honor_type(const Like& like, Values&& values) {
 }  // namespace accel::nested
 
 namespace accel {
-using nested::convert_outputs_to_fp32;
-using nested::convert_to_fp32;
-using nested::find_batch_size;
-using nested::find_device;
-using nested::for_each_leaf;
-using nested::get_data_structure;
-using nested::get_shape;
-using nested::honor_type;
-using nested::ignorant_find_batch_size;
-using nested::initialize_tensors;
-using nested::listify;
-using nested::recursively_apply;
-using nested::send_to_device;
-using nested::slice_tensors;
+using nested::convert_outputs_to_fp32, nested::convert_to_fp32, nested::find_batch_size, nested::find_device,
+    nested::for_each_leaf, nested::get_data_structure, nested::get_shape, nested::honor_type,
+    nested::ignorant_find_batch_size, nested::initialize_tensors, nested::listify, nested::recursively_apply,
+    nested::send_to_device, nested::slice_tensors;
 }  // namespace accel

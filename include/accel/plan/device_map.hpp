@@ -271,7 +271,5 @@ inline void check_device_map(const nn::Module& model, const DeviceMap& dm) {
 }  // namespace accel::plan
 
 namespace accel {
-using plan::check_device_map;
-using plan::clean_device_map;
-using plan::DeviceMap;
+using plan::check_device_map, plan::clean_device_map, plan::DeviceMap;
 }  // namespace accel

@@ -516,7 +516,5 @@ DeviceMap infer_auto_device_map(const nn::Module& model, std::nullopt_t = std::n
 }  // namespace accel::plan
 
 namespace accel {
-using plan::infer_auto_device_map;
-using plan::offload_policy_reserve;
-using plan::InferOptions;
+using plan::infer_auto_device_map, plan::offload_policy_reserve, plan::InferOptions;
 }  // namespace accel

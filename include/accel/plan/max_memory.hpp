@@ -205,8 +205,5 @@ inline MaxMemory parse_max_memory(std::string_view text, std::string_view what =
 }  // namespace accel::plan
 
 namespace accel {
-using plan::get_max_memory;
-using plan::MaxMemory;
-using plan::parse_max_memory;
-using plan::parse_memory_key;
+using plan::get_max_memory, plan::MaxMemory, plan::parse_max_memory, plan::parse_memory_key;
 }  // namespace accel

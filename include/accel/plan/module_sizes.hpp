@@ -210,8 +210,6 @@ inline MaximumSizes calculate_maximum_sizes(const nn::Module& model) {
 }  // namespace accel::plan
 
 namespace accel {
-using plan::calculate_maximum_sizes;
-using plan::compute_module_sizes;
-using plan::compute_module_total_buffer_size;
-using plan::get_max_layer_size;
+using plan::calculate_maximum_sizes, plan::compute_module_sizes, plan::compute_module_total_buffer_size,
+    plan::get_max_layer_size;
 }  // namespace accel

@@ -228,11 +228,6 @@ inline GenerationReserve generation_reserve(const nn::Module& model, const nlohm
 }  // namespace accel::plan
 
 namespace accel {
-using plan::estimate_kv_cache_bytes;
-using plan::generation_reserve;
-using plan::GenerationReserve;
-using plan::kv_cache_shape;
-using plan::kv_cache_shape_from_hf_config;
-using plan::KVCacheShape;
-using plan::spread_kv_cache_reserve;
+using plan::estimate_kv_cache_bytes, plan::generation_reserve, plan::GenerationReserve, plan::kv_cache_shape,
+    plan::kv_cache_shape_from_hf_config, plan::KVCacheShape, plan::spread_kv_cache_reserve;
 }  // namespace accel

@@ -66,7 +66,5 @@ template <class P>
 }  // namespace accel::utils
 
 namespace accel {
-using utils::autocast_dtype;
-using utils::AutocastScope;
-using utils::autocast;
+using utils::autocast_dtype, utils::AutocastScope, utils::autocast;
 }  // namespace accel

@@ -162,6 +162,5 @@ inline std::optional<ClusterConfig> read_config(std::filesystem::path path = {})
 }  // namespace accel::utils
 
 namespace accel {
-using utils::read_config;
-using utils::write_basic_config;
+using utils::read_config, utils::write_basic_config;
 }  // namespace accel

@@ -27,14 +27,7 @@ inline constexpr std::string_view TORCH_DYNAMO_MODES[] = {"default", "reduce-ove
 
 }  // namespace accel::utils
 namespace accel {
-using utils::MODEL_NAME;
-using utils::OPTIMIZER_NAME;
-using utils::RNG_STATE_NAME;
-using utils::SAFE_MODEL_NAME;
-using utils::SAFE_WEIGHTS_INDEX_NAME;
-using utils::SAFE_WEIGHTS_NAME;
-using utils::SCALER_NAME;
-using utils::SCHEDULER_NAME;
-using utils::WEIGHTS_INDEX_NAME;
-using utils::WEIGHTS_NAME;
+using utils::MODEL_NAME, utils::OPTIMIZER_NAME, utils::RNG_STATE_NAME, utils::SAFE_MODEL_NAME,
+    utils::SAFE_WEIGHTS_INDEX_NAME, utils::SAFE_WEIGHTS_NAME, utils::SCALER_NAME, utils::SCHEDULER_NAME,
+    utils::WEIGHTS_INDEX_NAME, utils::WEIGHTS_NAME;
 }  // namespace accel

@@ -528,9 +528,6 @@ void from_json(const Json& j, S& s) {
 }  // namespace accel::utils
 
 namespace accel {
-using utils::dataclass_from_json;
-using utils::FieldTypeError;
-using utils::parse_dataclass;
-using utils::to_kwargs;
-using utils::UnknownFieldError;
+using utils::dataclass_from_json, utils::FieldTypeError, utils::parse_dataclass, utils::to_kwargs,
+    utils::UnknownFieldError;
 }  // namespace accel

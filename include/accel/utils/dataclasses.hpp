@@ -311,12 +311,7 @@ struct ProjectConfiguration {
 }  // namespace accel::utils
 
 namespace accel {
-using utils::AutocastKwargs;
-using utils::DistributedDataParallelKwargs;
-using utils::FP8RecipeKwargs;
-using utils::GradientAccumulationPlugin;
-using utils::GradScalerKwargs;
-using utils::InitProcessGroupKwargs;
-using utils::ProjectConfiguration;
-using utils::TorchDynamoPlugin;
+using utils::AutocastKwargs, utils::DistributedDataParallelKwargs, utils::FP8RecipeKwargs,
+    utils::GradientAccumulationPlugin, utils::GradScalerKwargs, utils::InitProcessGroupKwargs,
+    utils::ProjectConfiguration, utils::TorchDynamoPlugin;
 }  // namespace accel

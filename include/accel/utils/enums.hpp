@@ -164,12 +164,6 @@ std::ostream& operator<<(std::ostream& os, E e) {
 }  // namespace accel::utils
 
 namespace accel {
-using utils::ComputeEnvironment;
-using utils::DistributedType;
-using utils::DynamoBackend;
-using utils::enum_from_string;
-using utils::LoggerType;
-using utils::PrecisionType;
-using utils::RNGType;
-using utils::SageMakerDistributedType;
+using utils::ComputeEnvironment, utils::DistributedType, utils::DynamoBackend, utils::enum_from_string,
+    utils::LoggerType, utils::PrecisionType, utils::RNGType, utils::SageMakerDistributedType;
 }  // namespace accel

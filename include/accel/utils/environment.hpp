@@ -334,7 +334,5 @@ constexpr bool is_dnnl_available() noexcept {
 }  // namespace accel::utils
 
 namespace accel {
-using utils::clear_environment;
-using utils::patch_environment;
-using utils::purge_accelerate_environment;
+using utils::clear_environment, utils::patch_environment, utils::purge_accelerate_environment;
 }  // namespace accel

@@ -187,6 +187,5 @@ ExecutableBatchSize<F, Reduce> find_executable_batch_size(F function, std::int64
 }  // namespace accel::utils
 
 namespace accel {
-using utils::find_executable_batch_size;
-using utils::should_reduce_batch_size;
+using utils::find_executable_batch_size, utils::should_reduce_batch_size;
 }  // namespace accel

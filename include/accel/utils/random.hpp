@@ -325,12 +325,6 @@ inline void synchronize_rng_states(const std::vector<std::string>& types, Genera
 }  // namespace accel::utils
 
 namespace accel {
-using utils::default_generator;
-using utils::Generator;
-using utils::rand;
-using utils::randint;
-using utils::randn;
-using utils::set_seed;
-using utils::synchronize_rng_state;
-using utils::synchronize_rng_states;
+using utils::default_generator, utils::Generator, utils::rand, utils::randint, utils::randn, utils::set_seed,
+    utils::synchronize_rng_state, utils::synchronize_rng_states;
 }  // namespace accel

@@ -77,7 +77,5 @@ void synchronize_rng_states(const dist::PartialState<D>& state, const std::vecto
 }  // namespace accel::utils
 
 namespace accel {
-using utils::set_seed;
-using utils::synchronize_rng_state;
-using utils::synchronize_rng_states;
+using utils::set_seed, utils::synchronize_rng_state, utils::synchronize_rng_states;
 }  // namespace accel

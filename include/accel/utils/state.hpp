@@ -102,7 +102,5 @@ inline bool is_debug_mode() { return library_state().debug_mode; }
 }  // namespace accel::utils
 
 namespace accel {
-using utils::default_autocast;
-using utils::is_debug_mode;
-using utils::library_state;
+using utils::default_autocast, utils::is_debug_mode, utils::library_state;
 }  // namespace accel

@@ -46,6 +46,18 @@ namespace accel::quant {
 
 using io::GgmlType;
 
+namespace detail {
+/// The value of largest magnitude among x[0 .. n) (the first, on a tie), as ggml's quantizers
+/// find the one that maps to their most negative code; 0 for all zeros.
+ACCEL_GGML_STRICT_FP inline float signed_absmax(const float* x, int n) noexcept {
+  float amax = 0, max = 0;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+  }
+  return max;
+}
+}  // namespace detail
+
 ACCEL_GGML_STRICT_FP inline void quantize_row_q8_0(const float* x, io::block_q8_0* y, std::size_t n) noexcept {
   ACCEL_GGML_STRICT_FP_SCOPE
   for (std::size_t b = 0; b < n / 32; ++b, x += 32) {
@@ -61,11 +73,7 @@ ACCEL_GGML_STRICT_FP inline void quantize_row_q8_0(const float* x, io::block_q8_
 ACCEL_GGML_STRICT_FP inline void quantize_row_q4_0(const float* x, io::block_q4_0* y, std::size_t n) noexcept {
   ACCEL_GGML_STRICT_FP_SCOPE
   for (std::size_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j) {
-      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
-    }
-    const float d = max / -8.0f;
+    const float d = detail::signed_absmax(x, 32) / -8.0f;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[b].d = half(d).bits;
     for (int j = 0; j < 16; ++j) {
@@ -206,11 +214,8 @@ ACCEL_GGML_STRICT_FP inline void quantize_row_q4_k(const float* x, io::block_q4_
 ACCEL_GGML_STRICT_FP inline void quantize_row_q8_k(const float* x, io::block_q8_k* y, std::size_t n) noexcept {
   ACCEL_GGML_STRICT_FP_SCOPE
   for (std::size_t b = 0; b < n / 256; ++b, x += 256) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 256; ++j) {
-      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
-    }
-    if (amax == 0) {
+    const float max = detail::signed_absmax(x, 256);
+    if (max == 0) {
       y[b] = {};
       continue;
     }

@@ -718,7 +718,5 @@ QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationCo
 }  // namespace accel::quant
 
 namespace accel {
-using quant::BnbQuantizer;
-using quant::load_and_quantize_model;
-using quant::save_bnb_model;
+using quant::BnbQuantizer, quant::load_and_quantize_model, quant::save_bnb_model;
 }  // namespace accel
