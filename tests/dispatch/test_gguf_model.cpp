@@ -86,7 +86,7 @@ TEST_CASE("permute_qk_rows and unpermute_qk_rows are inverse and match llama.cpp
 }
 
 TEST_CASE("A GGUF file of each test model loads as the same model", "[dispatch][gguf][formats]") {
-  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_llama_tied_headdim"}) {
+  for (const std::string name : {"tiny_llama", "tiny_gpt2", "tiny_llama_tied_headdim", "tiny_qwen2", "tiny_llama_rope_yarn"}) {
     INFO(name);
     auto ref_model = dispatch::load_pretrained_causal_lm(gguf_model_dir(name), {.show_progress = false});
     const auto ref = logits_of(ref_model);
@@ -186,7 +186,7 @@ TEST_CASE("GGUF model files with what accel cannot read are FormatError naming t
     return dir.file("bad.gguf");
   };
   CHECK_THROWS_WITH(io::GgufCheckpoint::open(write("falcon", true)),
-                    Catch::Contains("bad.gguf") && Catch::Contains("'falcon'") && Catch::Contains("llama, gpt2"));
+                    Catch::Contains("bad.gguf") && Catch::Contains("'falcon'") && Catch::Contains("llama, qwen2, gpt2"));
   CHECK_THROWS_WITH(io::GgufCheckpoint::open(write("llama", false)), Catch::Contains("token_embd"));
   CHECK_THROWS_WITH(io::GgufCheckpoint::open(write("llama", true)),
                     Catch::Contains("bad.gguf") && Catch::Contains("llama.attention.head_count"));

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,8 @@ std::filesystem::path tok_fixture(const std::string& name) {
 nlohmann::json read_json(const std::filesystem::path& p) { return nlohmann::json::parse(std::ifstream(p)); }
 
 /// A GGUF file holding the tokenizer.json of fixture `name` as llama.cpp's metadata.
-std::string write_tokenizer_gguf(const std::string& name, const std::string& model, accel_test::TempDir& dir) {
+std::string write_tokenizer_gguf(const std::string& name, const std::string& model, accel_test::TempDir& dir,
+                                 const std::string& pre = "", std::optional<std::uint32_t> bos = std::nullopt) {
   const auto j = read_json(tok_fixture(name) / "tokenizer.json");
   std::vector<std::string> tokens(j["model"]["vocab"].size());
   for (const auto& [tok, id] : j["model"]["vocab"].items()) tokens.at(id.get<std::size_t>()) = tok;
@@ -53,6 +55,8 @@ std::string write_tokenizer_gguf(const std::string& name, const std::string& mod
     std::vector<GgufValue> mv;
     for (const auto& m : merges) mv.push_back(gguf_string(m[0].get<std::string>() + " " + m[1].get<std::string>()));
     w.add("tokenizer.ggml.merges", gguf_array(GgufValueType::string, mv));
+    if (!pre.empty()) w.add("tokenizer.ggml.pre", gguf_string(pre));
+    if (bos) w.add("tokenizer.ggml.bos_token_id", gguf_u32(*bos));
   } else {
     // SentencePiece scores that rank each piece by the first merge that makes it; pieces no merge
     // makes rank last.
@@ -95,6 +99,18 @@ TEST_CASE("GGUF tokenizer metadata: the gpt2 model encodes as the tokenizers lib
   check_against_fixture(gguf_tokenizer(f), "gpt2_style");
 }
 
+TEST_CASE("GGUF tokenizer metadata: LLaMA-3's pre-tokenizer encodes as the tokenizers library", "[io][gguf][tokenize]") {
+  accel_test::TempDir dir;
+  // As llama.cpp's converter writes a LLaMA-3 tokenizer: "llama-bpe", bos without add_bos_token.
+  const auto f = GgufFile::open(write_tokenizer_gguf("llama3_style", "gpt2", dir, "llama-bpe", 511));
+  const auto t = gguf_tokenizer(f);
+  CHECK(t.bos_id() == 511);
+  check_against_fixture(t, "llama3_style");
+  // Qwen2's name gives Qwen2's regex: numbers one digit at a time.
+  const auto q = gguf_tokenizer(GgufFile::open(write_tokenizer_gguf("llama3_style", "gpt2", dir, "qwen2")));
+  CHECK(q.encode("1234", false).size() == 4);
+}
+
 TEST_CASE("GGUF tokenizer metadata: the llama model (merges from scores) encodes as the tokenizers library",
           "[io][gguf][tokenize]") {
   accel_test::TempDir dir;
@@ -115,6 +131,6 @@ TEST_CASE("GGUF tokenizer metadata: what is not read is FormatError naming it", 
     return GgufFile::open(dir.file("t.gguf"));
   };
   CHECK_THROWS_WITH(gguf_tokenizer(write("bert", "")), Catch::Contains("t.gguf") && Catch::Contains("'bert'"));
-  CHECK_THROWS_WITH(gguf_tokenizer(write("gpt2", "qwen2")), Catch::Contains("'qwen2'"));
+  CHECK_THROWS_WITH(gguf_tokenizer(write("gpt2", "deepseek-coder")), Catch::Contains("'deepseek-coder'"));
   CHECK(has_gguf_tokenizer(GgufFile::open(dir.file("t.gguf"))));
 }

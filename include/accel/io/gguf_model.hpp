@@ -10,12 +10,13 @@
 //   gguf_tensor_name(arch, hf_name) / hf_tensor_name(arch, gguf_name)   the name tables
 //   permute_qk_rows(t, n_head) / unpermute_qk_rows(t, n_head)           llama.cpp's Q/K row order
 //
-// Architectures: "llama" (LlamaForCausalLM; Mistral-family files use it too) and "gpt2"
-// (GPT2LMHeadModel). Another architecture is a FormatError that lists these.
+// Architectures: "llama" (LlamaForCausalLM; llama.cpp's converter writes Mistral models as it
+// too), "qwen2" (Qwen2ForCausalLM) and "gpt2" (GPT2LMHeadModel). Another architecture is a
+// FormatError that lists these.
 //
 // Layout differences undone on reading, as llama.cpp's converter made them:
-// - LLaMA's q_proj / k_proj rows are interleaved per head (the two rotary halves of each head
-//   alternate, row 2i + j of a head holds HF row j * head_dim / 2 + i), for ggml's rope.
+// - LLaMA's q_proj / k_proj rows (not Qwen2's) are interleaved per head (the two rotary halves of
+//   each head alternate, row 2i + j of a head holds HF row j * head_dim / 2 + i), for ggml's rope.
 // - GPT-2's Conv1D weights ([in, out] in HF) are stored transposed, as [out, in].
 // - A model without "output.weight" ties lm_head to the embedding (tie_word_embeddings).
 // Plain-typed tensors (F32, F16, BF16) keep their dtype: a zero-copy view of the mapping when no
@@ -63,31 +64,38 @@ struct GgufArchitecture {
   std::vector<GgufNameRule> rules;
 };
 
+namespace detail {
+/// The names of the LLaMA family's tensors; `qk` is how q_proj / k_proj rows are stored (llama.cpp's
+/// converter interleaves them for LLaMA's rope, and leaves Qwen2's, whose rope is GPT-NeoX's, as
+/// they are).
+inline std::vector<GgufNameRule> llama_family_rules(GgufLayout qk) {
+  return {{"token_embd.weight", "model.embed_tokens.weight"},
+          {"output_norm.weight", "model.norm.weight"},
+          {"output.weight", "lm_head.weight"},
+          {"blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"},
+          {"blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight", qk, false},
+          {"blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight", qk, true},
+          {"blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"},
+          {"blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"},
+          {"blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias", qk, false},
+          {"blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias", qk, true},
+          {"blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias"},
+          {"blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias"},
+          {"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
+          {"blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"},
+          {"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"},
+          {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"},
+          {"blk.{}.ffn_gate.bias", "model.layers.{}.mlp.gate_proj.bias"},
+          {"blk.{}.ffn_up.bias", "model.layers.{}.mlp.up_proj.bias"},
+          {"blk.{}.ffn_down.bias", "model.layers.{}.mlp.down_proj.bias"}};
+}
+}  // namespace detail
+
 /// The architectures read and written; a new one is one entry here plus its config mapping.
 inline const std::vector<GgufArchitecture>& gguf_architectures() {
   static const std::vector<GgufArchitecture> table = {
-      {"llama",
-       "llama",
-       "LlamaForCausalLM",
-       {{"token_embd.weight", "model.embed_tokens.weight"},
-        {"output_norm.weight", "model.norm.weight"},
-        {"output.weight", "lm_head.weight"},
-        {"blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"},
-        {"blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight", GgufLayout::qk_permuted, false},
-        {"blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight", GgufLayout::qk_permuted, true},
-        {"blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"},
-        {"blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"},
-        {"blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias", GgufLayout::qk_permuted, false},
-        {"blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias", GgufLayout::qk_permuted, true},
-        {"blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias"},
-        {"blk.{}.attn_output.bias", "model.layers.{}.self_attn.o_proj.bias"},
-        {"blk.{}.ffn_norm.weight", "model.layers.{}.post_attention_layernorm.weight"},
-        {"blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"},
-        {"blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"},
-        {"blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"},
-        {"blk.{}.ffn_gate.bias", "model.layers.{}.mlp.gate_proj.bias"},
-        {"blk.{}.ffn_up.bias", "model.layers.{}.mlp.up_proj.bias"},
-        {"blk.{}.ffn_down.bias", "model.layers.{}.mlp.down_proj.bias"}}},
+      {"llama", "llama", "LlamaForCausalLM", detail::llama_family_rules(GgufLayout::qk_permuted)},
+      {"qwen2", "qwen2", "Qwen2ForCausalLM", detail::llama_family_rules(GgufLayout::same)},
       {"gpt2",
        "gpt2",
        "GPT2LMHeadModel",
@@ -344,7 +352,7 @@ class GgufCheckpoint {
     c["torch_dtype"] = std::string(dtype_name(stored));
     if (const auto* v = file_.find("tokenizer.ggml.bos_token_id"); v && v->as_uint()) c["bos_token_id"] = *v->as_uint();
     if (const auto* v = file_.find("tokenizer.ggml.eos_token_id"); v && v->as_uint()) c["eos_token_id"] = *v->as_uint();
-    if (a == "llama") {
+    if (a == "llama" || a == "qwen2") {
       const auto heads = count(a + ".attention.head_count");
       c["hidden_size"] = count(a + ".embedding_length");
       c["intermediate_size"] = count(a + ".feed_forward_length");
@@ -359,8 +367,12 @@ class GgufCheckpoint {
         const auto* s = type->as_string();
         if (s && *s == "linear") {
           c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", file_.get_float(a + ".rope.scaling.factor")}};
+        } else if (s && *s == "yarn") {
+          c["rope_scaling"] = {{"rope_type", "yarn"},
+                               {"factor", file_.get_float(a + ".rope.scaling.factor")},
+                               {"original_max_position_embeddings", count(a + ".rope.scaling.original_context_length")}};
         } else if (!s || *s != "none") {
-          throw FormatError(where_ + ": rope scaling '" + (s ? *s : "?") + "' is not supported (linear and none are)");
+          throw FormatError(where_ + ": rope scaling '" + (s ? *s : "?") + "' is not supported (linear, yarn and none are)");
         }
       }
       c["hidden_act"] = "silu";

@@ -6,9 +6,12 @@
 //
 // Two models, as llama.cpp names them:
 // - "gpt2": byte-level BPE. Vocabulary from tokenizer.ggml.tokens, merges from
-//   tokenizer.ggml.merges ("a b"), the ByteLevel pre-tokenizer and decoder. Only the GPT-2
-//   pre-tokenizer regex is known ("tokenizer.ggml.pre" absent, "default" or "gpt2"); another
-//   is a FormatError naming it rather than tokens that silently differ.
+//   tokenizer.ggml.merges ("a b"), the ByteLevel pre-tokenizer and decoder. The split regex is
+//   the one llama.cpp gives "tokenizer.ggml.pre": GPT-2's (absent, "default", "gpt2", "gpt-2"),
+//   LLaMA-3's ("llama3", "llama-v3", "llama-bpe", "falcon3"; words that are tokens skip the
+//   merges, and bos is added by default, as llama.cpp does) or Qwen2's ("qwen2",
+//   "deepseek-r1-qwen"; without the NFC normalizer of Qwen2's tokenizer.json, as llama.cpp runs
+//   it). Another is a FormatError naming it rather than tokens that silently differ.
 // - "llama": SentencePiece BPE with byte fallback, as transformers converts it: merges from
 //   tokenizer.ggml.scores (every split of a piece into two vocabulary pieces, ordered by the
 //   piece's score, highest first; ties by the pieces' ids), "▁" for spaces (Prepend + Replace
@@ -21,7 +24,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +34,7 @@
 
 #include "accel/core/errors.hpp"
 #include "accel/io/gguf.hpp"
+#include "accel/tokenize/split_patterns.hpp"
 #include "accel/tokenize/tokenizer.hpp"
 
 namespace accel::io {
@@ -38,6 +44,14 @@ inline bool has_gguf_tokenizer(const GgufFile& f) {
 }
 
 namespace detail {
+/// The split regex of a byte-level BPE's "tokenizer.ggml.pre", under llama.cpp's names for it: ""
+/// for GPT-2's (the ByteLevel pre-tokenizer's own), nullopt for a name not read here.
+inline std::optional<std::string_view> gguf_split_regex(const std::string& pre) {
+  if (pre == "default" || pre == "gpt2" || pre == "gpt-2") return std::string_view();
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3") return tokenize::llama3_regex;
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return tokenize::qwen2_regex;
+  return std::nullopt;
+}
 
 inline std::vector<std::string> gguf_strings(const GgufFile& f, const char* key) {
   std::vector<std::string> out;
@@ -121,11 +135,14 @@ inline std::string gguf_tokenizer_json(const GgufFile& f) {
   for (std::size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
   nlohmann::json bpe = {{"type", "BPE"}, {"dropout", nullptr}, {"continuing_subword_prefix", nullptr},
                         {"end_of_word_suffix", nullptr}, {"ignore_merges", false}, {"vocab", std::move(vocab)}};
+  const auto* pre = f.find("tokenizer.ggml.pre");
+  const std::string pre_name = pre && pre->as_string() ? *pre->as_string() : "default";
+  const std::optional<std::string_view> split = detail::gguf_split_regex(pre_name);
   if (model == "gpt2") {
-    const auto* pre = f.find("tokenizer.ggml.pre");
-    const std::string pre_name = pre && pre->as_string() ? *pre->as_string() : "default";
-    if (pre_name != "default" && pre_name != "gpt2") {
-      throw FormatError(where + ": pre-tokenizer '" + pre_name + "' is not supported (gpt2 and default are)");
+    if (!split) {
+      throw FormatError(where + ": pre-tokenizer '" + pre_name +
+                        "' is not supported (default, gpt2, gpt-2, llama3, llama-v3, llama-bpe, falcon3, qwen2, "
+                        "deepseek-r1-qwen are)");
     }
     nlohmann::json merges = nlohmann::json::array();
     if (f.find("tokenizer.ggml.merges")) {
@@ -135,8 +152,19 @@ inline std::string gguf_tokenizer_json(const GgufFile& f) {
     bpe["unk_token"] = nullptr;
     bpe["fuse_unk"] = false;
     bpe["byte_fallback"] = false;
+    // llama.cpp takes a word that is a token as that token for LLaMA-3's pre-tokenizer, as the
+    // tokenizer.json it was converted from says (ignore_merges).
+    bpe["ignore_merges"] = *split == tokenize::llama3_regex;
     j["normalizer"] = nullptr;
-    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+    if (split->empty()) {
+      j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+    } else {
+      j["pre_tokenizer"] = {
+          {"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", std::string(*split)}}}, {"behavior", "Isolated"}, {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+    }
     j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   } else {
     std::vector<double> scores(tokens.size(), 0.0);
@@ -167,7 +195,8 @@ inline std::string gguf_tokenizer_json(const GgufFile& f) {
   };
   const auto bos = token_id("tokenizer.ggml.bos_token_id");
   const auto eos = token_id("tokenizer.ggml.eos_token_id");
-  const bool add_bos = bos && flag("tokenizer.ggml.add_bos_token", model == "llama");
+  // llama.cpp's defaults: bos for SentencePiece models and LLaMA-3's pre-tokenizer.
+  const bool add_bos = bos && flag("tokenizer.ggml.add_bos_token", model == "llama" || split == tokenize::llama3_regex);
   const bool add_eos = eos && flag("tokenizer.ggml.add_eos_token", false);
   if (add_bos || add_eos) {
     nlohmann::json single = nlohmann::json::array(), special = nlohmann::json::object();

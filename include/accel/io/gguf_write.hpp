@@ -6,7 +6,7 @@
 //   w.add_tensor_bytes("blk.0.attn_q.weight", GgmlType::q8_0, {4096, 4096}, bytes);  // ne order
 //   w.save("model.gguf");                                        // atomic: a temporary, then rename
 //
-//   save_gguf_model(path, hf_config, named_tensors)   an HF LLaMA / GPT-2 state dict as a GGUF
+//   save_gguf_model(path, hf_config, named_tensors)   an HF LLaMA / Qwen2 / GPT-2 state dict as a GGUF
 //                                                      model (names, Q/K row order, transposes and
 //                                                      metadata as io/gguf_model.hpp reads them)
 //
@@ -192,7 +192,7 @@ class GgufWriter {
   std::vector<Pending> tensors_;
 };
 
-/// Writes an HF LLaMA or GPT-2 model (its config.json as JSON, its tensors by HF name) as a GGUF
+/// Writes an HF LLaMA, Qwen2 or GPT-2 model (its config.json as JSON, its tensors by HF name) as a GGUF
 /// model file that GgufCheckpoint reads back as the same model. Floating tensors keep their
 /// dtype (f32, f16, bf16); tensors the architecture does not name (GPT-2's attn.bias masks,
 /// rotary caches) are skipped; a tied lm_head is not written.
@@ -203,7 +203,11 @@ inline void save_gguf_model(const std::string& path, const nlohmann::json& confi
   for (const auto& a : gguf_architectures()) {
     if (a.model_type == model_type) arch = &a;
   }
-  if (!arch) throw ValueError("save_gguf_model: model_type '" + model_type + "' has no GGUF architecture (llama, gpt2)");
+  if (!arch) {
+    std::string known;
+    for (const auto& a : gguf_architectures()) known += (known.empty() ? "" : ", ") + std::string(a.model_type);
+    throw ValueError("save_gguf_model: model_type '" + model_type + "' has no GGUF architecture (" + known + ")");
+  }
   const std::string a(arch->name);
   GgufWriter w;
   const auto u32 = [&](const std::string& key, const char* field) {
@@ -212,7 +216,7 @@ inline void save_gguf_model(const std::string& path, const nlohmann::json& confi
   w.add("general.architecture", gguf_string(a));
   w.add("general.name", gguf_string(config.value("_name_or_path", std::string("accel model"))));
   const bool tied = config.value("tie_word_embeddings", model_type == "gpt2");
-  if (model_type == "llama") {
+  if (model_type == "llama" || model_type == "qwen2") {
     const auto heads = config.at("num_attention_heads").get<std::uint32_t>();
     const auto hidden = config.at("hidden_size").get<std::uint32_t>();
     u32("context_length", "max_position_embeddings");
@@ -232,9 +236,15 @@ inline void save_gguf_model(const std::string& path, const nlohmann::json& confi
     if (config.contains("rope_scaling") && config["rope_scaling"].is_object()) {
       const auto& rs = config["rope_scaling"];
       const std::string type = rs.value("rope_type", rs.value("type", std::string()));
-      if (type != "linear") throw ValueError("save_gguf_model: rope scaling '" + type + "' has no GGUF form here (linear has)");
-      w.add(a + ".rope.scaling.type", gguf_string("linear"));
+      if (type != "linear" && type != "yarn") {
+        throw ValueError("save_gguf_model: rope scaling '" + type + "' has no GGUF form here (linear and yarn have)");
+      }
+      w.add(a + ".rope.scaling.type", gguf_string(type));
       w.add(a + ".rope.scaling.factor", gguf_f32(rs.at("factor").get<float>()));
+      if (type == "yarn") {
+        w.add(a + ".rope.scaling.original_context_length",
+              gguf_u32(rs.at("original_max_position_embeddings").get<std::uint32_t>()));
+      }
     }
   } else {
     u32("context_length", "n_positions");
