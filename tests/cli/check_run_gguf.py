@@ -3,10 +3,10 @@
 
 Usage: check_run_gguf.py ACCEL MODELS_DIR WORK_DIR
 
-Each float32 model.safetensors of tiny_llama, tiny_llama_tied_headdim and tiny_gpt2 is converted
-to a GGUF F32 file the way llama.cpp's convert_hf_to_gguf.py lays one out (its tensor names,
-LLaMA's q/k rows interleaved per head, GPT-2's Conv1D weights transposed, the hyper-parameters as
-metadata), and `accel run FILE.gguf --ids ... --json` must give the greedy tokens that
+Each float32 model.safetensors of tiny_llama, tiny_llama_tied_headdim, tiny_gpt2 and tiny_qwen2
+is converted to a GGUF F32 file the way llama.cpp's convert_hf_to_gguf.py lays one out (its tensor
+names, LLaMA's q/k rows interleaved per head and Qwen2's left as they are, GPT-2's Conv1D weights
+transposed, the hyper-parameters as metadata), and `accel run FILE.gguf --ids ... --json` must give the greedy tokens that
 transformers gave (reference.json), which `accel run` of the folder also gives. A GGUF file of an
 unsupported architecture exits 1 naming the file. A BF16 file of tiny_llama runs a 64-token prompt
 in bfloat16 at every CPU tier (ACCEL_CPU_ARCH).
@@ -69,7 +69,7 @@ def transpose(raw, rows, cols):
 
 def gguf_name(arch, hf):
     parts = hf.split(".")
-    if arch == "llama":
+    if arch in ("llama", "qwen2"):
         fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
                  "lm_head.weight": "output.weight"}
         if hf in fixed:
@@ -129,22 +129,22 @@ def convert(folder, out, bf16=False, context=None):
     config = json.loads((folder / "config.json").read_text())
     arch = config["model_type"]
     weights = read_safetensors(folder / "model.safetensors")
-    if arch == "llama":
+    if arch in ("llama", "qwen2"):
         heads = config["num_attention_heads"]
         kv_heads = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim", config["hidden_size"] // heads)
-        kv = {"general.architecture": (STRING, "llama"),
-              "llama.context_length": (UINT32, config["max_position_embeddings"]),
-              "llama.embedding_length": (UINT32, config["hidden_size"]),
-              "llama.block_count": (UINT32, config["num_hidden_layers"]),
-              "llama.feed_forward_length": (UINT32, config["intermediate_size"]),
-              "llama.attention.head_count": (UINT32, heads),
-              "llama.attention.head_count_kv": (UINT32, kv_heads),
-              "llama.rope.dimension_count": (UINT32, head_dim),
-              "llama.attention.key_length": (UINT32, head_dim),
-              "llama.attention.value_length": (UINT32, head_dim),
-              "llama.attention.layer_norm_rms_epsilon": (FLOAT32, config["rms_norm_eps"]),
-              "llama.rope.freq_base": (FLOAT32, config.get("rope_theta", 10000.0))}
+        kv = {"general.architecture": (STRING, arch),
+              f"{arch}.context_length": (UINT32, config["max_position_embeddings"]),
+              f"{arch}.embedding_length": (UINT32, config["hidden_size"]),
+              f"{arch}.block_count": (UINT32, config["num_hidden_layers"]),
+              f"{arch}.feed_forward_length": (UINT32, config["intermediate_size"]),
+              f"{arch}.attention.head_count": (UINT32, heads),
+              f"{arch}.attention.head_count_kv": (UINT32, kv_heads),
+              f"{arch}.rope.dimension_count": (UINT32, head_dim),
+              f"{arch}.attention.key_length": (UINT32, head_dim),
+              f"{arch}.attention.value_length": (UINT32, head_dim),
+              f"{arch}.attention.layer_norm_rms_epsilon": (FLOAT32, config["rms_norm_eps"]),
+              f"{arch}.rope.freq_base": (FLOAT32, config.get("rope_theta", 10000.0))}
     else:
         kv = {"general.architecture": (STRING, "gpt2"),
               "gpt2.context_length": (UINT32, config["n_positions"]),
@@ -174,7 +174,7 @@ def convert(folder, out, bf16=False, context=None):
 def main():
     accel, models, work = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
     work.mkdir(parents=True, exist_ok=True)
-    for name in ("tiny_llama", "tiny_llama_tied_headdim", "tiny_gpt2"):
+    for name in ("tiny_llama", "tiny_llama_tied_headdim", "tiny_gpt2", "tiny_qwen2"):
         folder = models / name
         ref = json.loads((folder / "reference.json").read_text())
         gguf = work / f"{name}.gguf"
