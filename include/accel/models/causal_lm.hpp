@@ -49,8 +49,8 @@ class CausalLM {
   virtual const ModelInfo& info() const = 0;
   /// Logits of `input_ids` [B, T] (int64 / int32) at positions cache->length() .. + T - 1 (0 ..
   /// T - 1 without a cache), in float32 for a model compiled for a lower precision (its bundle
-  /// converts outputs, as Accelerate's mixed precision does), else in the model's dtype; the last `logits_to_keep` positions only when
-  /// it is > 0. The cache is appended to and advanced by T. `attention_mask` (transformers'
+  /// converts outputs, as Accelerate's mixed precision does), else in the model's dtype; the last
+  /// `logits_to_keep` positions only when it is > 0. The cache is appended to and advanced by T. `attention_mask` (transformers'
   /// padding mask, [B, past + T], 0 on padding) leaves padded keys out and numbers each row's
   /// positions from its first real token, so left-padded prompts decode as they would alone.
   virtual Tensor logits(const Tensor& input_ids, KVCache* cache = nullptr, std::int64_t logits_to_keep = 0,
@@ -155,11 +155,11 @@ class BasicCausalLM : public nn::BasicModule<Derived, P>, public CausalLM {
                 const Tensor& attention_mask) override {
     return (*this)(input_ids, cache, logits_to_keep, attention_mask);
   }
+  policy::PrecisionType precision() const override { return P::precision::id; }
   // The blocks compute in the dtype of the hidden states the token embedding gives them, and the
   // cache holds that: a head kept in float32 (keep_in_fp32_modules) does not change it. A weight
   // keeps its dtype on meta, so this holds while the embedding is offloaded; a quantized one
   // (packed bytes) gives the dtype the model was built in.
-  policy::PrecisionType precision() const override { return P::precision::id; }
   DType activation_dtype() override {
     const DType d = base_->get_parameter(embedding_).dtype();
     return is_floating_point(d) ? d : dtype_;

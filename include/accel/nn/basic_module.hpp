@@ -11,9 +11,9 @@
 // - `BasicModule<Derived, P>` is the computing node. P's precision decides the dtype layers hold
 //   their weights in (`P::precision::storage_dtype`, the default dtype of BasicLinear<P> & co.) and
 //   compute in: a call enters an autocast scope of `compute_dtype` (none for fp32, and none for a
-//   module kept in float32, Module::keeps_fp32), so matmul, linear and attention run there. With `convert_outputs_to_fp32`, the outermost call of a
-//   bundle converts every f16 / bf16 tensor of its result to f32, as Accelerate wraps only the
-//   model's forward. P's offload policy is what the hooks layer attaches (`policies::offload`).
+//   module kept in float32, Module::keeps_fp32), so matmul, linear and attention run there. With
+//   `convert_outputs_to_fp32`, the outermost call of a bundle converts every f16 / bf16 tensor of
+//   its result to f32, as Accelerate wraps only the model's forward. P's offload policy is what the hooks layer attaches (`policies::offload`).
 // - Derived is the module's own class (libtorch's Cloneable<Derived> habit): operator() calls
 //   `Derived::forward` with any nested argument pack through `Module::invoke`, so the call costs
 //   nothing beyond the forward when no hook is attached and the bundle is fp32. The type-erased
