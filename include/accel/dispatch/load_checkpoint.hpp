@@ -440,8 +440,10 @@ inline LoadResult load_checkpoint_in_model(nn::Module& model, const std::string&
                      std::string(dtype_name(*options.dtype)));
   }
   // A kept module computes in float32 too, not only holds it (nn::Module::keeps_fp32).
-  for (const auto& [name, m] : model.named_modules()) {
-    if (!name.empty() && in_keep_in_fp32_modules(name, options.keep_in_fp32_modules)) m->set_keeps_fp32(true);
+  if (!options.keep_in_fp32_modules.empty()) {
+    for (const auto& [name, m] : model.named_modules()) {
+      if (!name.empty() && in_keep_in_fp32_modules(name, options.keep_in_fp32_modules)) m->set_keeps_fp32(true);
+    }
   }
   const auto tied = nn::find_tied_parameters(model);
   bool has_disk = false;

@@ -368,11 +368,13 @@ class GgufCheckpoint {
         if (s && *s == "linear") {
           c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", file_.get_float(a + ".rope.scaling.factor")}};
         } else if (s && *s == "yarn") {
+          const auto original = count(a + ".rope.scaling.original_context_length");
           c["rope_scaling"] = {{"rope_type", "yarn"},
                                {"factor", file_.get_float(a + ".rope.scaling.factor")},
-                               {"original_max_position_embeddings", count(a + ".rope.scaling.original_context_length")}};
+                               {"original_max_position_embeddings", original}};
         } else if (!s || *s != "none") {
-          throw FormatError(where_ + ": rope scaling '" + (s ? *s : "?") + "' is not supported (linear, yarn and none are)");
+          throw FormatError(where_ + ": rope scaling '" + (s ? *s : "?") +
+                            "' is not supported (linear, yarn and none are)");
         }
       }
       c["hidden_act"] = "silu";

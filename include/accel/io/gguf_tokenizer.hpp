@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,13 +45,27 @@ inline bool has_gguf_tokenizer(const GgufFile& f) {
 }
 
 namespace detail {
-/// The split regex of a byte-level BPE's "tokenizer.ggml.pre", under llama.cpp's names for it: ""
-/// for GPT-2's (the ByteLevel pre-tokenizer's own), nullopt for a name not read here.
-inline std::optional<std::string_view> gguf_split_regex(const std::string& pre) {
-  if (pre == "default" || pre == "gpt2" || pre == "gpt-2") return std::string_view();
-  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3") return tokenize::llama3_regex;
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return tokenize::qwen2_regex;
+/// llama.cpp's names for a byte-level BPE's "tokenizer.ggml.pre" that are read here, and the split
+/// regex each stands for ("" for GPT-2's, the ByteLevel pre-tokenizer's own).
+inline constexpr std::pair<std::string_view, std::string_view> gguf_pre_tokenizers[] = {
+    {"default", ""},         {"gpt2", ""},
+    {"gpt-2", ""},           {"llama3", tokenize::llama3_regex},
+    {"llama-v3", tokenize::llama3_regex}, {"llama-bpe", tokenize::llama3_regex},
+    {"falcon3", tokenize::llama3_regex},  {"qwen2", tokenize::qwen2_regex},
+    {"deepseek-r1-qwen", tokenize::qwen2_regex},
+};
+/// The split regex of pre-tokenizer `pre`, nullopt for a name not read here.
+inline std::optional<std::string_view> gguf_split_regex(std::string_view pre) {
+  for (const auto& [name, regex] : gguf_pre_tokenizers) {
+    if (name == pre) return regex;
+  }
   return std::nullopt;
+}
+/// The names read, for messages.
+inline std::string gguf_pre_tokenizer_names() {
+  std::string out;
+  for (const auto& [name, regex] : gguf_pre_tokenizers) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
 }
 
 inline std::vector<std::string> gguf_strings(const GgufFile& f, const char* key) {
@@ -140,9 +155,8 @@ inline std::string gguf_tokenizer_json(const GgufFile& f) {
   const std::optional<std::string_view> split = detail::gguf_split_regex(pre_name);
   if (model == "gpt2") {
     if (!split) {
-      throw FormatError(where + ": pre-tokenizer '" + pre_name +
-                        "' is not supported (default, gpt2, gpt-2, llama3, llama-v3, llama-bpe, falcon3, qwen2, "
-                        "deepseek-r1-qwen are)");
+      throw FormatError(where + ": pre-tokenizer '" + pre_name + "' is not supported (supported: " +
+                        detail::gguf_pre_tokenizer_names() + ")");
     }
     nlohmann::json merges = nlohmann::json::array();
     if (f.find("tokenizer.ggml.merges")) {

@@ -45,25 +45,9 @@ inline std::string model_type_of(const nlohmann::json& j, const std::string& sou
 }
 }  // namespace detail
 
-/// The causal LM of a config.json, behind the CausalLM interface: the instantiation compiled for
-/// `dtype` (GPT2LMHeadModel<policies<bf16>> for bfloat16, <policies<fp16>> for float16, the
-/// default bundle for float32), so its forward computes in the dtype its weights are held in and
-/// hands back float32 logits. ValueError for another dtype.
-inline std::shared_ptr<CausalLM> causal_lm_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32,
-                                                          const std::string& source = "config.json") {
-  const std::string type = detail::model_type_of(j, source);
-  return policy::with_storage_precision(
-      dtype,
-      [&](auto precision) -> std::shared_ptr<CausalLM> {
-        using P = precision_policies<decltype(precision)>;
-        if (type == "gpt2") return std::make_shared<GPT2LMHeadModel<P>>(gpt2_config_from_json(j, source), dtype);
-        return std::make_shared<LlamaForCausalLM<P>>(llama_config_from_json(j, source), dtype);
-      },
-      source);
-}
-
 /// The model of a config.json as a Module tree, the causal LM (default) or the base model, in the
-/// instantiation compiled for `dtype` as causal_lm_from_hf_config picks it.
+/// instantiation compiled for `dtype`: policies<bf16> for bfloat16, policies<fp16> for float16,
+/// the default bundle for float32 (policy::with_storage_precision). ValueError for another dtype.
 inline std::shared_ptr<nn::Module> model_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32,
                                                         HFModelKind kind = HFModelKind::causal_lm,
                                                         const std::string& source = "config.json") {
@@ -82,6 +66,16 @@ inline std::shared_ptr<nn::Module> model_from_hf_config(const nlohmann::json& j,
         return std::make_shared<LlamaForCausalLM<P>>(c, dtype);
       },
       source);
+}
+
+/// The causal LM of a config.json, behind the CausalLM interface: model_from_hf_config's causal LM,
+/// the instantiation compiled for `dtype` (LlamaForCausalLM<policies<bf16>> for bfloat16,
+/// <policies<fp16>> for float16, the default bundle for float32), so its forward computes in the
+/// dtype its weights are held in and hands back float32 logits. ValueError for another dtype.
+inline std::shared_ptr<CausalLM> causal_lm_from_hf_config(const nlohmann::json& j, DType dtype = DType::f32,
+                                                          const std::string& source = "config.json") {
+  // Every causal LM class model_from_hf_config builds is a CausalLM (models/causal_lm.hpp).
+  return std::dynamic_pointer_cast<CausalLM>(model_from_hf_config(j, dtype, HFModelKind::causal_lm, source));
 }
 
 }  // namespace accel::models

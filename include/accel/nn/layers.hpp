@@ -37,8 +37,8 @@ inline Tensor slot_tensor(const ParameterPtr* slot) { return slot ? (*slot)->dat
 /// keep_in_fp32_modules) takes them widened, as torch's type promotion would; whether the product
 /// runs in float32 is the call's scope (the kept module opens none, Module::keeps_fp32).
 inline Tensor linear_widening(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (w.dtype() == DType::f32 && x.dtype() != DType::f32 && x.is_floating_point()) return ops::linear(x.to(DType::f32), w, b);
-  return ops::linear(x, w, b);
+  const bool widen = w.dtype() == DType::f32 && x.dtype() != DType::f32 && x.is_floating_point();
+  return ops::linear(widen ? x.to(DType::f32) : x, w, b);
 }
 }  // namespace detail
 

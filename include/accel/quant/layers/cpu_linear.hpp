@@ -6,7 +6,8 @@
 // The frame checks x (floating point, last dimension `in`), converts it to contiguous float32 on
 // the CPU, makes y float32 [..., out], calls body(args), adds the bias unless the body did, and
 // casts y back to x's dtype. The product computes in float32 whatever compute scope the model's
-// policy opened: a quantized layer's arithmetic is its own, not the autocast dtype's. The body owns the arithmetic and how it splits the weight rows over
+// policy opened: a quantized layer's arithmetic is its own, not the autocast dtype's. The body
+// owns the arithmetic and how it splits the weight rows over
 // the threads (activation_rows.hpp's for_weight_blocks, or parallel_for over tiles), since that
 // split is what each kernel family is shaped for. Its GPU counterpart is device_linear.hpp's
 // device_quantized_linear; a layer whose weight may sit on a GPU tries that first.
