@@ -94,7 +94,10 @@ ACCEL_TARGET_AVX512_VNNI inline void transpose_x16(const std::byte* p, std::size
 
 /// One block (32 elements) of sixteen Q8_0 / Q4_0 rows, rows in lanes: the sixteen scales and
 /// q[j], elements 4j..4j+3 of each row as unsigned bytes (Q4_0's codes, Q8_0's plus 128).
-struct x16_block {
+/// Aligned explicitly: a translation unit built without AVX-512 gives __m512 members only its
+/// own widest alignment, so its std::vector of blocks would hand the kernels' aligned stores
+/// memory they fault on.
+struct alignas(64) x16_block {
   __m512 dw;
   __m512i q[8];
 };

@@ -79,8 +79,10 @@ ACCEL_TARGET_AVX2 inline __m256 scales_x8(const std::byte* p, std::size_t stride
 }
 
 /// One block (32 elements) of eight Q8_0 / Q4_0 rows, rows in lanes: the eight scales and q[j],
-/// elements 4j..4j+3 of each row (Q4_0: codes 0..15; Q8_0: the signed codes).
-struct x8_block {
+/// elements 4j..4j+3 of each row (Q4_0: codes 0..15; Q8_0: the signed codes). Aligned
+/// explicitly, as x16_block is (ggml_dot_x16.hpp): a baseline translation unit's buffers of them
+/// would be 16-byte aligned.
+struct alignas(32) x8_block {
   __m256 dw;
   __m256i q[8];
 };

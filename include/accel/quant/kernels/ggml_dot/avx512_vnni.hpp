@@ -48,7 +48,7 @@ namespace detail {
 /// (block i in bytes 16i ..), `high` its elements 16-31, `scale` block i's scale in float lanes
 /// 4i .. 4i + 3. The 18-byte blocks put every scale and code at an even offset, so two word
 /// permutes (AVX512-BW) gather them from the group's 72 bytes.
-struct q4_0_group {
+struct alignas(64) q4_0_group {
   __m512i low, high;
   __m512 scale;
 };
