@@ -1,5 +1,5 @@
 // accel run [MODEL_DIR] [--prompt TEXT | --ids 1,2,3] [--max-new-tokens N] [--temperature T]
-//           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--disable-mmap]
+//           [--top-k K] [--top-p P] [--seed S] [--dtype float32|float16|bfloat16] [--disable-mmap] [--no-warmup]
 //           [--device-map auto|balanced|balanced_low_0|sequential|FILE.json] [--max-memory DEV=SIZE,...]
 //           [--quantize SCHEME [--double-quant]] [--offload-folder DIR] [--offload sync|prefetch:N]
 //           [--check] [--json | --quiet] [--progress]
@@ -127,6 +127,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
                       progress_wanted(req.progress, req.quiet) && state.is_main_process() ? &std::cerr : nullptr);
   engine::FromPretrainedOptions o{.dtype = req.dtype, .progress = bar.callback(), .disable_mmap = req.disable_mmap};
   o.with_tokenizer = false;
+  o.warmup = req.warmup;
   o.offload_depth = req.prefetch;
   if (req.quantize) {
     // The float layers keep the config's dtype (bitsandbytes' own default would be float16).
@@ -175,6 +176,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
                  "q4_k); it runs unquantized\n";
   }
   out.load_s = p.load_seconds;
+  out.warmup_s = m.warmup_seconds;
   if (loaded) loaded(out);
   if (req.prompt) {
     for (auto id : tok->encode(*req.prompt)) out.prompt_ids.push_back(id);
@@ -196,15 +198,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   // Hooks move the inputs to where the blocks compute; a model placed whole on one device (a plan
   // that fits one GPU, or the check's reference) has none, so the ids start on its device.
   const Tensor host_ids = Tensor::from_vector(out.prompt_ids, Shape{1, static_cast<std::int64_t>(out.prompt_ids.size())});
-  Device input_device = Device::cpu();
-  if (!p.model->module().hook()) {
-    for (const auto& [name, t] : p.model->module().named_parameters()) {
-      if (t.defined() && !t.is_meta()) {
-        input_device = t.device();
-        break;
-      }
-    }
-  }
+  const Device input_device = engine::input_device(*p.model);
   const Tensor ids = input_device.is_cpu() ? host_ids : host_ids.to(input_device);
   const auto stream = m.offload_stream();
   if (stream) stream->reset_stats();

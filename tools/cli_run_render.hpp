@@ -7,7 +7,7 @@
 // option is given (--temperature, --top-k or --top-p turn sampling on, as do_sample does). The
 // text output shows the placement (once loaded), the generated text (or ids), the load time, the
 // time to first token and the decode speed; --json prints {"prompt_ids", "generated_ids" (new
-// tokens only), "text" (with a tokenizer), "load_s", "ttft_s", "tokens_per_s", ...}; --quiet
+// tokens only), "text" (with a tokenizer), "load_s", "warmup_s", "ttft_s", "tokens_per_s", ...}; --quiet
 // prints the generated text alone. --check generates again with every weight on the CPU (on the
 // GPU, when the placed run computed on one) and no hooks (sampling runs share one seed) and compares the new tokens: a difference exits 1 naming
 // the first differing position. A progress bar over the checkpoint's bytes goes to stderr while
@@ -83,6 +83,7 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
     j["generated_ids"] = r.generated_ids;
     if (r.text) j["text"] = *r.text;
     j["load_s"] = r.load_s;
+    if (r.warmup_s) j["warmup_s"] = *r.warmup_s;
     j["ttft_s"] = r.ttft_s;
     j["tokens_per_s"] = r.tokens_per_s;
     j["cpu_tier"] = std::string(simd::active_tier());
@@ -136,7 +137,9 @@ inline void render_run(const RunRequest& req, const RunResult& r, const std::opt
     std::cout << "\n";
   }
   std::cout << std::fixed << std::setprecision(3) << "\n" << r.model_type << " (" << dtype_name(r.dtype) << "): load "
-            << r.load_s << " s, " << r.prompt_ids.size() << " prompt tokens, time to first token " << r.ttft_s
+            << r.load_s << " s";
+  if (r.warmup_s) std::cout << " (warm-up " << *r.warmup_s << " s)";
+  std::cout << ", " << r.prompt_ids.size() << " prompt tokens, time to first token " << r.ttft_s
             << " s, " << r.generated_ids.size() << " new tokens, " << std::setprecision(1) << r.tokens_per_s
             << " tokens/s\n";
   if (r.offload_gb_per_s) std::cout << "offload stream " << std::setprecision(2) << *r.offload_gb_per_s << " GB/s\n";

@@ -53,6 +53,8 @@ struct RunRequest {
   std::optional<DType> dtype;
   models::GenerationConfig generation;
   bool disable_mmap = false;
+  /// One token through the loaded model before the prompt (engine::warm_up); --no-warmup: none.
+  bool warmup = true;
   bool json = false;
   /// --device-map: a strategy or a JSON file; set (to "auto") by --max-memory alone.
   std::optional<std::string> device_map;
@@ -89,6 +91,7 @@ struct RunResult {
   DType dtype = DType::f32;
   std::string mixed_precision = "no";  ///< the precision the forward was compiled for (Accelerate's spelling)
   double load_s = 0, ttft_s = 0, tokens_per_s = 0;
+  std::optional<double> warmup_s;  ///< the warm-up's time, when one ran
   std::optional<DeviceMap> device_map;               ///< the placement, when one was asked for
   std::map<std::string, double> placed_bytes;        ///< weight bytes per placement ("cpu", "disk", "0")
   std::vector<Reservation> reservations;
@@ -146,6 +149,7 @@ inline RunRequest parse_run_request(const ParsedArgs& args) {
   }
   if (const auto v = args.value("--dtype")) r.dtype = parse_float_dtype("--dtype", *v);
   r.disable_mmap = args.flag("--disable-mmap");
+  r.warmup = !args.flag("--no-warmup");
   r.json = args.flag("--json");
   r.quiet = args.flag("--quiet");
   r.progress = args.flag("--progress");
@@ -200,6 +204,9 @@ inline Command run_command_spec() {
                    .help = "copy the weights into memory instead of viewing the mapped checkpoint:\n"
                            "huge pages whatever the page cache holds (decoding 0-9% faster as\n"
                            "measured), about 1 s more load time per GB"},
+                  {.name = "--no-warmup",
+                   .help = "no token through the model before the prompt (by default one runs once it\n"
+                           "is loaded, as llama.cpp does: the first prompt then pays nothing once-only)"},
                   {.name = "--device-map", .placeholder = "MAP",
                    .help = "place the weights: auto, balanced, balanced_low_0, sequential (planned under\n"
                            "--max-memory) or a device-map JSON file; the rest is streamed in per call"},
@@ -223,7 +230,7 @@ inline Command run_command_spec() {
                    .help = "generate again with every weight on the CPU (the GPU, when the run computes\n"
                            "on one) and no hooks, and compare the tokens (exit 1 at a difference); on\n"
                            "for the default model's demo"},
-                  {.name = "--json", .help = "one JSON object: model_dir, prompt_ids, generated_ids, text, load_s, ttft_s,\n"
+                  {.name = "--json", .help = "one JSON object: model_dir, prompt_ids, generated_ids, text, load_s, warmup_s, ttft_s,\n"
                                              "tokens_per_s, cpu_tier (the CPU kernels' tier, ACCEL_CPU_ARCH caps it), peak_bytes; device_map, placed_bytes, reservations,\n"
                                              "offload_gb_per_s when placed; quantization (method, scheme, layers) when\n"
                                              "quantized; check with --check"},
@@ -236,7 +243,8 @@ inline Command run_command_spec() {
                  "a GPU, 60% go to GPU 0, 30% to the CPU and the rest to disk.\n"
                  "\n"
                  "Greedy decoding unless --temperature, --top-k or --top-p asks for sampling; generation stops\n"
-                 "at the model's eos token. Timings: load_s builds and loads the model, ttft_s is the prompt's\n"
+                 "at the model's eos token. Timings: load_s builds and loads the model, warmup_s runs one token\n"
+                 "through it (not for an offloaded model, nor with --no-warmup), ttft_s is the prompt's\n"
                  "forward and first token, tokens_per_s the decode speed after it.\n"
                  "\n"
                  "Under mpirun -np N the model is split across the N processes: each plans from its own\n"

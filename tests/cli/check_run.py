@@ -55,8 +55,12 @@ def reference(accel, models):
         # A generated eos ends the output early; the references keep eos out of their 16 tokens.
         check(out.get("generated_ids") == expected, f"{folder.name}: {out.get('generated_ids')} != {expected}")
         check(out.get("prompt_ids") == ref["prompt_ids"], f"{folder.name}: prompt_ids echoed")
-        for key in ("load_s", "ttft_s", "tokens_per_s"):
+        for key in ("load_s", "warmup_s", "ttft_s", "tokens_per_s"):
             check(isinstance(out.get(key), (int, float)) and out[key] >= 0, f"{folder.name}: {key} is a number")
+        cold = as_json(run(accel, folder, "--ids", ids, "--max-new-tokens", len(expected), "--json", "--no-warmup"),
+                       f"{folder.name} --no-warmup")
+        check("warmup_s" not in cold and cold.get("generated_ids") == expected,
+              f"{folder.name}: --no-warmup runs none and generates the same tokens")
         check(out.get("dtype") == "float32", f"{folder.name}: config's torch_dtype float32 is the default")
         tiers = ("scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16")
         check(out.get("cpu_tier") in tiers, f"{folder.name}: cpu_tier {out.get('cpu_tier')!r} names a tier")

@@ -53,6 +53,12 @@ TEST_CASE("from_pretrained loads a folder as it is, with its tokenizer when it h
   CHECK(m.placed_bytes().empty());
   CHECK_FALSE(m.offload_stream());
   CHECK_FALSE(engine::from_pretrained(model_dir("tiny_llama"), {.with_tokenizer = false}).tokenizer);
+  // Resident weights: one token ran through the model as it loaded, and changed nothing.
+  CHECK(m.warmup_seconds.value_or(-1.0) >= 0.0);
+  const auto cold = engine::from_pretrained(model_dir("tiny_llama"), {.warmup = false});
+  CHECK_FALSE(cold.warmup_seconds);
+  CHECK(logits(cold) == want);
+  CHECK(engine::input_device(m.model()) == Device::cpu());
 }
 
 TEST_CASE("from_pretrained places under a budget with generation's reserve and a read-ahead that fits", "[engine]") {
@@ -74,6 +80,8 @@ TEST_CASE("from_pretrained places under a budget with generation's reserve and a
     // none: the plan then fits the weights beside the KV cache and activations).
     const auto placed = m.placed_bytes();
     CHECK(placed.count("disk") == (depth > 0 ? 1u : 0u));
+    // No warm-up where weights stream in: it would read every offloaded one for nothing.
+    CHECK(m.warmup_seconds.has_value() == (depth == 0));
     if (const auto stream = m.offload_stream(); depth > 0) {
       REQUIRE(stream);
       CHECK(stream->depth() == m.offload_depth);
