@@ -199,9 +199,10 @@ TEST_CASE("linear with few rows (the decode GEMV path) matches the GEMM path", "
 TEST_CASE("every GEMV tier this CPU runs matches a double reference for f32, f16 and bf16 weights", "[ops][matmul][gemv]") {
   // k = 300 leaves a tail past every vector width; 7 is shorter than one; n = 50 ends two past a
   // group of four weight rows; the rows of a wider weight are 310 apart; 1-9 activation rows are a
-  // tile, two tiles and a partial one.
+  // tile, two tiles and a partial one; 4200 takes a prompt's bf16 pairs in three chunks of k, the
+  // last with a tail.
   namespace cpu = accel::backend::cpu;
-  for (const std::int64_t k : {300, 7, 1024}) {
+  for (const std::int64_t k : {300, 7, 1024, 4200}) {
     const std::int64_t n = 50;
     for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
       const Tensor w = random_tensor({n, k + 10}, 90, dt).narrow(1, 3, k), bias = random_tensor({n}, 91);

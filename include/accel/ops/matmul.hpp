@@ -39,7 +39,8 @@ inline constexpr std::int64_t small_m_rows = 4;
 /// The rows up to which linear takes the GEMV for a weight of `wd`: small_m_rows, and 16 for bf16
 /// weights where the AVX512-BF16 kernel runs (its tiles of four rows meet each block of weight
 /// rows while it is in the cache: 16 rows of 4096 x 4096 took 3.5 ms against oneDNN 2.6's bf16
-/// matmul at 4.2 ms, 4096 x 14336 12.7 against 17.0, Intel Xeon, 2 threads).
+/// matmul at 4.2 ms, 4096 x 14336 12.7 against 17.0, Intel Xeon, 2 threads). Half-precision
+/// weights go to the tiles at any row count where GemvKernels::half_tiles says they win.
 inline std::int64_t gemv_rows_limit(DType wd) {
   return wd == DType::bf16 && backend::cpu::gemv_kernels().bf16_pairs ? 16 : small_m_rows;
 }
@@ -296,13 +297,14 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
 
   Tensor bias_f;
   if (bias.defined()) bias_f = detail::contiguous_f32(bias);
-  // More rows than a GEMV takes, both bf16, on a CPU where oneDNN has a bf16 matmul (AVX-512;
-  // AVX512-BF16 where the CPU has it): it reads the weight in place and x as it is, so neither is
-  // widened to f32 first.
+  // More rows than a GEMV takes, both bf16, on a CPU where oneDNN has a bf16 matmul (AVX-512)
+  // but no bf16 pairs run here (AVX512-BF16, whose tiles take any row count: GemvKernels::
+  // bf16_pairs): it reads the weight in place and x as it is, so neither is widened to f32 first.
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(K, 1);
   using dt = dnnl::memory::data_type;
+  const auto& tiles = backend::cpu::gemv_kernels();
   if (rows > detail::gemv_rows_limit(weight.dtype()) && x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
-      weight.stride(1) == 1 && backend::cpu::dnnl_has_matmul(dt::bf16, dt::bf16, dt::f32)) {
+      weight.stride(1) == 1 && !tiles.bf16_pairs && backend::cpu::dnnl_has_matmul(dt::bf16, dt::bf16, dt::f32)) {
     const Tensor xb = x.dim() == 2 ? x.contiguous() : x.contiguous().reshape(Shape{-1, K});
     Tensor out = Tensor::empty(out_shape, DType::f32);
     backend::cpu::MatmulProblem p;
@@ -327,7 +329,6 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   // AVX-512, and for f16 weights (so f16 activations) on AVX2 (GemvKernels::half_tiles,
   // f16_tiles_exact).
   const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
-  const auto& tiles = backend::cpu::gemv_kernels();
   const bool tiles_win = (half && tiles.half_tiles) || (tiles.f16_tiles_exact && weight.dtype() == DType::f16);
   if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || tiles_win) && weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
