@@ -171,7 +171,7 @@ inline Device input_device(models::CausalLM& model) {
   return Device::cpu();
 }
 
-/// Runs one token (the model's bos id, else 0) through `model` and returns the seconds it took, or
+/// Runs one token (the model's bos id when its embedding has it, else 0) through `model` and returns the seconds it took, or
 /// nullopt without running when a weight is offloaded (on the meta device, loaded by a hook when
 /// its block runs). What the first forward does once (mapping weight pages, sizing the kernels'
 /// buffers, the compute libraries' set-up) then happens here.
@@ -180,7 +180,10 @@ inline std::optional<double> warm_up(models::CausalLM& model) {
     if (!t.defined() || t.is_meta()) return std::nullopt;
   }
   const auto start = std::chrono::steady_clock::now();
-  const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{model.info().bos_token_id.value_or(0)}, Shape{1, 1});
+  // A bos id past the embedding (a trimmed vocabulary keeps the tokenizer's) would be refused.
+  const std::int64_t bos = model.info().bos_token_id.value_or(0);
+  const std::int64_t id = bos >= 0 && bos < model.info().vocab_size ? bos : 0;
+  const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{id}, Shape{1, 1});
   const Device where = input_device(model);
   (void)models::generate(model, where.is_cpu() ? ids : ids.to(where), {.max_new_tokens = 1});
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
