@@ -56,6 +56,16 @@ ACCEL_GGML_STRICT_FP inline float signed_absmax(const float* x, int n) noexcept 
   }
   return max;
 }
+
+/// roundf(v) (half away from zero) as an int, for |v| < 2^22, without a library call, so that a
+/// block's loop vectorizes: v - trunc(v) is exact at these magnitudes, so the step is too. Every
+/// prompt row is quantized so for the integer kernels: std::lround took 6% of a 64-token Q4_0
+/// prompt (AVX2 tier, Zen 5).
+ACCEL_GGML_STRICT_FP inline int round_half_away(float v) noexcept {
+  const int t = static_cast<int>(v);
+  const float f = v - static_cast<float>(t);
+  return t + (f >= 0.5f ? 1 : 0) - (f <= -0.5f ? 1 : 0);
+}
 }  // namespace detail
 
 ACCEL_GGML_STRICT_FP inline void quantize_row_q8_0(const float* x, io::block_q8_0* y, std::size_t n) noexcept {
@@ -66,7 +76,7 @@ ACCEL_GGML_STRICT_FP inline void quantize_row_q8_0(const float* x, io::block_q8_
     const float d = amax / 127.0f;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[b].d = half(d).bits;
-    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<std::int8_t>(std::lround(x[j] * id));
+    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<std::int8_t>(detail::round_half_away(x[j] * id));
   }
 }
 
@@ -221,7 +231,7 @@ ACCEL_GGML_STRICT_FP inline void quantize_row_q8_k(const float* x, io::block_q8_
     }
     const float iscale = -127.0f / max;
     for (int j = 0; j < 256; ++j) {
-      y[b].qs[j] = static_cast<std::int8_t>(std::min(127L, std::lround(iscale * x[j])));
+      y[b].qs[j] = static_cast<std::int8_t>(std::min(127, detail::round_half_away(iscale * x[j])));
     }
     for (int g = 0; g < 16; ++g) {
       int s = 0;
