@@ -53,14 +53,40 @@ struct avx512_bf16_row {
   }
 };
 
-/// R weight rows from j against M activation rows (k elements of X apart: f32, or the weight's
-/// dtype when GemvProblem::x_exact), U chunks of sixteen in flight. The loops unroll by 8, past
-/// every M, R and U used: partly unrolled, GCC kept the accumulators in memory (five weight rows
-/// then ran at half speed).
+/// The sums of the sixteen lanes of a0, a1, a2 and a3, in lanes 0-3: four dot products finished
+/// with a quarter of the shuffles four reductions take (with 2048-element chunks, reducing each
+/// of a tile's 16 sums alone cost about a tenth of its time).
+ACCEL_TARGET_AVX512 inline __m128 sum4_avx512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) noexcept {
+  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xEE));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/// Where a product's sums go: the first chunk of k writes them (with the bias), later ones add.
+struct tile_store {
+  const float* bias;
+  bool accumulate;
+  ACCEL_TARGET_AVX512 void four(float* o, std::size_t col, __m128 v) const noexcept {
+    if (accumulate) {
+      v = _mm_add_ps(v, _mm_loadu_ps(o));
+    } else if (bias) {
+      v = _mm_add_ps(v, _mm_loadu_ps(bias + col));
+    }
+    _mm_storeu_ps(o, v);
+  }
+  void one(float* o, std::size_t col, float v) const noexcept { *o = accumulate ? *o + v : v + (bias ? bias[col] : 0.0f); }
+};
+
+/// R weight rows from j against M activation rows (xs elements of X apart: f32, or the weight's
+/// dtype when GemvProblem::x_exact) over k elements, U chunks of sixteen in flight. The loops
+/// unroll by 8, past every M, R and U used: partly unrolled, GCC kept the accumulators in memory
+/// (five weight rows then ran at half speed).
 template <class W, int M, int R, int U, class X = avx512_f32_row>
-ACCEL_TARGET_AVX512 inline void gemv_tile_avx512(const std::byte* x, std::int64_t k, const std::byte* w,
-                                                 std::size_t row_bytes, std::size_t j, std::int64_t n,
-                                                 const float* bias, float* out) noexcept {
+ACCEL_TARGET_AVX512 inline void gemv_tile_avx512(const std::byte* x, std::int64_t xs, std::int64_t k, const std::byte* w,
+                                                 std::size_t row_bytes, std::size_t j, std::int64_t n, tile_store store,
+                                                 float* out) noexcept {
   const std::byte* rows[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) rows[r] = w + (j + static_cast<std::size_t>(r)) * row_bytes;
@@ -83,7 +109,7 @@ ACCEL_TARGET_AVX512 inline void gemv_tile_avx512(const std::byte* x, std::int64_
       for (int r = 0; r < R; ++r) wv[r] = W::load16(rows[r], kk + 16 * u, all);
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
-        const __m512 xv = X::load16(x + X::bytes * static_cast<std::size_t>(i * k), kk + 16 * u, all);
+        const __m512 xv = X::load16(x + X::bytes * static_cast<std::size_t>(i * xs), kk + 16 * u, all);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[i][r][u] = _mm512_fmadd_ps(xv, wv[r], acc[i][r][u]);
       }
@@ -96,21 +122,28 @@ ACCEL_TARGET_AVX512 inline void gemv_tile_avx512(const std::byte* x, std::int64_
     for (int r = 0; r < R; ++r) wv[r] = W::load16(rows[r], kk, mask);
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
-      const __m512 xv = X::load16(x + X::bytes * static_cast<std::size_t>(i * k), kk, mask);
+      const __m512 xv = X::load16(x + X::bytes * static_cast<std::size_t>(i * xs), kk, mask);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[i][r][0] = _mm512_fmadd_ps(xv, wv[r], acc[i][r][0]);
     }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
+    __m512 a[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      __m512 a = acc[i][r][0];
+      a[r] = acc[i][r][0];
 #pragma GCC unroll 8
-      for (int u = 1; u < U; ++u) a = _mm512_add_ps(a, acc[i][r][u]);
-      const std::size_t col = j + static_cast<std::size_t>(r);
-      out[i * n + static_cast<std::int64_t>(col)] = _mm512_reduce_add_ps(a) + (bias ? bias[col] : 0.0f);
+      for (int u = 1; u < U; ++u) a[r] = _mm512_add_ps(a[r], acc[i][r][u]);
     }
+    float* o = out + i * n + static_cast<std::int64_t>(j);
+    int r = 0;
+    if constexpr (R >= 4) {
+      store.four(o, j, sum4_avx512(a[0], a[1], a[2], a[3]));
+      r = 4;
+    }
+#pragma GCC unroll 8
+    for (; r < R; ++r) store.one(o + r, j + static_cast<std::size_t>(r), _mm512_reduce_add_ps(a[r]));
   }
 }
 
@@ -120,26 +153,78 @@ struct avx512_blocks {
   template <int M>
   ACCEL_TARGET_AVX512 static void block(const std::byte* x, std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                         std::size_t j0, std::size_t j1, std::int64_t n, const float* bias, float* out) noexcept {
+    chunk<M>(x, k, k, w, row_bytes, j0, j1, n, {bias, false}, out);
+  }
+  /// block over k elements of x rows xs apart (a chunk of a prompt's k, or all of it).
+  template <int M>
+  ACCEL_TARGET_AVX512 static void chunk(const std::byte* x, std::int64_t xs, std::int64_t k, const std::byte* w,
+                                        std::size_t row_bytes, std::size_t j0, std::size_t j1, std::int64_t n,
+                                        tile_store store, float* out) noexcept {
     std::size_t j = j0;
     if constexpr (M == 1) {
-      for (; j < j1; ++j) gemv_tile_avx512<W, 1, 1, 4, X>(x, k, w, row_bytes, j, n, bias, out);
+      for (; j < j1; ++j) gemv_tile_avx512<W, 1, 1, 4, X>(x, xs, k, w, row_bytes, j, n, store, out);
     } else {
       // Full tiles of four activation rows meet five weight rows (20 accumulators of the 32
       // registers): 64 x 2048 x 5632 f16 ran 206 GFLOPS against 177 with four (Zen 4, 2 threads).
       if constexpr (M == 4) {
-        for (; j + 5 <= j1; j += 5) gemv_tile_avx512<W, M, 5, 1, X>(x, k, w, row_bytes, j, n, bias, out);
+        for (; j + 5 <= j1; j += 5) gemv_tile_avx512<W, M, 5, 1, X>(x, xs, k, w, row_bytes, j, n, store, out);
       }
-      for (; j + 4 <= j1; j += 4) gemv_tile_avx512<W, M, 4, 1, X>(x, k, w, row_bytes, j, n, bias, out);
-      for (; j < j1; ++j) gemv_tile_avx512<W, M, 1, 1, X>(x, k, w, row_bytes, j, n, bias, out);
+      for (; j + 4 <= j1; j += 4) gemv_tile_avx512<W, M, 4, 1, X>(x, xs, k, w, row_bytes, j, n, store, out);
+      for (; j < j1; ++j) gemv_tile_avx512<W, M, 1, 1, X>(x, xs, k, w, row_bytes, j, n, store, out);
     }
   }
 };
+
+/// Elements of k a pass over a prompt's tiles takes at most: a tile's four x rows (32 KB in f32,
+/// 16 KB as bf16 pairs) stay in L1, and the chunks of a block's weight rows (about 512 KB,
+/// prompt_block_bytes) in L2, for every tile. Unchunked, 64 bf16 rows of 2048 x 5632 ran 360-430
+/// GFLOPS against 560-660 chunked (Zen 5, 2 threads).
+inline constexpr std::int64_t prompt_chunk = 2048;
+inline constexpr std::size_t prompt_block_bytes = std::size_t{1} << 19;
+
+/// The chunks of k a prompt's tiles take: about equal, and whole 32-element steps but the last.
+inline std::int64_t prompt_chunk_elements(std::int64_t k) noexcept {
+  const std::int64_t chunks = (k + prompt_chunk - 1) / prompt_chunk;
+  return ((k + chunks - 1) / chunks + 31) / 32 * 32;
+}
+
+/// Several tiles of f32 x rows (a prompt) against weights of W: each block of weight rows meets
+/// every tile one chunk of k at a time.
+template <class W>
+void gemv_prompt_avx512(const GemvProblem& p) {
+  const std::int64_t kc = prompt_chunk_elements(p.k);
+  const std::size_t grain =
+      std::max<std::size_t>(4, prompt_block_bytes / (static_cast<std::size_t>(kc) * W::bytes) / 4 * 4);
+  const auto* x = reinterpret_cast<const std::byte*>(p.x);
+  gemv_blocks(static_cast<std::size_t>(p.n), grain, [&](std::size_t j0, std::size_t j1) {
+    for (std::int64_t k0 = 0; k0 < p.k; k0 += kc) {
+      const std::int64_t len = std::min(kc, p.k - k0);
+      const tile_store store{p.bias, k0 > 0};
+      const std::byte* wt = p.w + W::bytes * static_cast<std::size_t>(k0);
+      for (std::int64_t i = 0; i < p.m; i += gemv_max_rows) {
+        const std::byte* xt = x + sizeof(float) * static_cast<std::size_t>(i * p.k + k0);
+        float* out = p.out + i * p.n;
+        switch (std::min(gemv_max_rows, p.m - i)) {
+          case 1: avx512_blocks<W>::template chunk<1>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+          case 2: avx512_blocks<W>::template chunk<2>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+          case 3: avx512_blocks<W>::template chunk<3>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+          default: avx512_blocks<W>::template chunk<4>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+        }
+      }
+    }
+  });
+}
 
 /// gemv of `p` for weights of `wd` (f32, f16 or bf16). One activation row of the weight's dtype
 /// (p.x_exact, problem.hpp) is read narrowed; a tile of several stays in f32, whose four rows the
 /// 32 registers leave room for (64 x 2048 x 5632 f16: 200 GFLOPS with x in f32, 183 narrowed, Zen
 /// 4, 2 threads).
 inline void gemv(simd::requires_arch<simd::avx512>, DType wd, const GemvProblem& p) {
+  if (p.m > gemv_max_rows) {
+    if (wd == DType::bf16) return gemv_prompt_avx512<avx512_bf16_row>(p);
+    if (wd == DType::f16) return gemv_prompt_avx512<avx512_f16_row>(p);
+    return gemv_prompt_avx512<avx512_f32_row>(p);
+  }
   const bool narrow = p.x_exact && p.m == 1 && wd != DType::f32;
   if (wd == DType::bf16) {
     if (narrow) return gemv_by_rows<avx512_blocks<avx512_bf16_row, avx512_bf16_row>>(p, gemv_narrowed_x(p, wd), 2);
@@ -153,32 +238,6 @@ inline void gemv(simd::requires_arch<simd::avx512>, DType wd, const GemvProblem&
 }
 
 // ---- AVX512-BF16: bf16 pairs ----------------------------------------------------------------------
-
-/// The sums of the sixteen lanes of a0, a1, a2 and a3, in lanes 0-3: four dot products finished
-/// with a quarter of the shuffles four reductions take (with 2048-element chunks, reducing each
-/// of a tile's 16 sums alone cost about a tenth of its time).
-ACCEL_TARGET_AVX512 inline __m128 sum4_avx512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) noexcept {
-  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
-  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xEE));
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/// Where a product's sums go: the first chunk of k writes them (with the bias), later ones add.
-struct bf16_store {
-  const float* bias;
-  bool accumulate;
-  ACCEL_TARGET_AVX512 void four(float* o, std::size_t col, __m128 v) const noexcept {
-    if (accumulate) {
-      v = _mm_add_ps(v, _mm_loadu_ps(o));
-    } else if (bias) {
-      v = _mm_add_ps(v, _mm_loadu_ps(bias + col));
-    }
-    _mm_storeu_ps(o, v);
-  }
-  void one(float* o, std::size_t col, float v) const noexcept { *o = accumulate ? *o + v : v + (bias ? bias[col] : 0.0f); }
-};
 
 /// The bf16 dot-product step: four weight rows' 32 elements at `at` against M activation rows.
 template <int M>
@@ -208,7 +267,7 @@ template <int M, bool Prefetch>
 ACCEL_TARGET_AVX512_BF16 inline std::size_t gemv_bf16_rows4(const std::uint16_t* xb, std::int64_t kpad,
                                                             std::int64_t kfull, __mmask32 tail_mask, const std::byte* w,
                                                             std::size_t row_bytes, std::size_t j, std::size_t j1,
-                                                            std::int64_t n, bf16_store store, float* out) noexcept {
+                                                            std::int64_t n, tile_store store, float* out) noexcept {
   for (; j + 4 <= j1; j += 4) {
     const auto* r0 = reinterpret_cast<const std::uint16_t*>(w + j * row_bytes);
     const auto* r1 = reinterpret_cast<const std::uint16_t*>(w + (j + 1) * row_bytes);
@@ -250,7 +309,7 @@ ACCEL_TARGET_AVX512_BF16 inline std::size_t gemv_bf16_rows4(const std::uint16_t*
 /// a prompt reads from the cache, so the tiles prefetch nothing (gemv_bf16_rows4).
 ACCEL_TARGET_AVX512_BF16 inline void gemv_bf16_block(const std::uint16_t* xb, std::int64_t kpad, std::int64_t m,
                                                      std::int64_t k, const std::byte* w, std::size_t row_bytes,
-                                                     std::size_t j0, std::size_t j1, std::int64_t n, bf16_store store,
+                                                     std::size_t j0, std::size_t j1, std::int64_t n, tile_store store,
                                                      float* out, bool chunk = false) noexcept {
   const std::int64_t kfull = k / 32 * 32;
   const auto tail_mask = static_cast<__mmask32>(k - kfull == 0 ? 0 : (std::uint64_t{1} << (k - kfull)) - 1);
@@ -305,13 +364,6 @@ ACCEL_TARGET_AVX512_BF16 inline void gemv_bf16_block(const std::uint16_t* xb, st
   }
 }
 
-/// Elements of k a pass over a prompt's tiles takes at most: a tile's four x rows (16 KB) stay in
-/// L1, and the chunks of a block's weight rows (512 KB, bf16_prompt_block_bytes) in L2, for every
-/// tile. Unchunked, 64 rows of 2048 x 5632 ran 360-430 GFLOPS against 560-660 chunked (Zen 5, 2
-/// threads).
-inline constexpr std::int64_t bf16_prompt_chunk = 2048;
-inline constexpr std::size_t bf16_prompt_block_bytes = std::size_t{1} << 19;
-
 /// gemv of `p` for weights of `wd`: bf16 by bf16 pairs, the rest as `avx512`.
 inline void gemv(simd::requires_arch<simd::avx512_bf16>, DType wd, const GemvProblem& p) {
   if (wd != DType::bf16) return gemv(simd::avx512{}, wd, p);
@@ -331,11 +383,9 @@ inline void gemv(simd::requires_arch<simd::avx512_bf16>, DType wd, const GemvPro
     return;
   }
   // Several tiles (a prompt): each block of weight rows meets every tile one chunk of k at a time
-  // (bf16_prompt_chunk), the chunks about equal and whole 32-element steps but the last.
-  const std::int64_t chunks = (p.k + bf16_prompt_chunk - 1) / bf16_prompt_chunk;
-  const std::int64_t kc = ((p.k + chunks - 1) / chunks + 31) / 32 * 32;
-  const std::size_t grain =
-      std::max<std::size_t>(4, bf16_prompt_block_bytes / (static_cast<std::size_t>(kc) * 2) / 4 * 4);
+  // (prompt_chunk_elements).
+  const std::int64_t kc = prompt_chunk_elements(p.k);
+  const std::size_t grain = std::max<std::size_t>(4, prompt_block_bytes / (static_cast<std::size_t>(kc) * 2) / 4 * 4);
   gemv_blocks(static_cast<std::size_t>(p.n), grain, [&](std::size_t j0, std::size_t j1) {
     for (std::int64_t k0 = 0; k0 < p.k; k0 += kc) {
       const std::int64_t len = std::min(kc, p.k - k0);
