@@ -193,8 +193,10 @@ inline std::int64_t prompt_chunk_elements(std::int64_t k) noexcept {
 template <class W>
 void gemv_prompt_avx512(const GemvProblem& p) {
   const std::int64_t kc = prompt_chunk_elements(p.k);
+  // Blocks of whole groups of five weight rows (four-row tiles) and of four (shorter tiles): 128
+  // rows ended in three single-row tiles, 2.7% of a 64-token F16 prompt.
   const std::size_t grain =
-      std::max<std::size_t>(4, prompt_block_bytes / (static_cast<std::size_t>(kc) * W::bytes) / 4 * 4);
+      std::max<std::size_t>(20, prompt_block_bytes / (static_cast<std::size_t>(kc) * W::bytes) / 20 * 20);
   const auto* x = reinterpret_cast<const std::byte*>(p.x);
   gemv_blocks(static_cast<std::size_t>(p.n), grain, [&](std::size_t j0, std::size_t j1) {
     for (std::int64_t k0 = 0; k0 < p.k; k0 += kc) {
