@@ -326,10 +326,10 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   }
   // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
   // of a half-precision weight); so do its tiles at any row count for half-precision weights on
-  // AVX-512, and for f16 weights (so f16 activations) on AVX2 (GemvKernels::half_tiles,
-  // f16_tiles_exact).
+  // AVX-512 and AVX2, whose activations share their dtype (GemvKernels::half_tiles,
+  // half_tiles_exact).
   const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
-  const bool tiles_win = (half && tiles.half_tiles) || (tiles.f16_tiles_exact && weight.dtype() == DType::f16);
+  const bool tiles_win = half && (tiles.half_tiles || tiles.half_tiles_exact);
   if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || tiles_win) && weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);

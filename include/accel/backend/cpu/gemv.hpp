@@ -47,11 +47,13 @@ struct GemvKernels {
   /// GEMM: on AVX-512 the tiles ran 64 / 512 x 2048 x 5632 f16 at 210 / 213 GFLOPS against 168 /
   /// 207 (Zen 4, 2 threads); on AVX2 they lost (150 / 157 against 166 / 185).
   bool half_tiles = false;
-  /// The same for f16 weights when x is f16 too (GemvProblem::x_exact), read narrowed: on AVX2 64
-  /// rows of 2048 x 5632, 5632 x 2048 and 2048 x 2048 f16 ran 193-200 GFLOPS against oneDNN's
-  /// 147-167 (Zen 4, 2 threads). bf16 x, widened by two operations where F16C takes one, lost
-  /// (141-145 against 155-158 with x in f32).
-  bool f16_tiles_exact = false;
+  /// The same on AVX2 when x has the weight's dtype (GemvProblem::x_exact; linear's activations
+  /// always do). f16 x is read narrowed: 64 rows of 2048 x 5632, 5632 x 2048 and 2048 x 2048 f16
+  /// ran 193-200 GFLOPS against oneDNN's 147-167 (Zen 4, 2 threads). bf16 tiles keep x in f32
+  /// (widening bf16 takes two operations where F16C takes one): on Zen 5 they ran 169-172 GFLOPS
+  /// against 96-161 for oneDNN's f32 GEMM on widened blocks of the weight; on Zen 4 they had lost
+  /// (141-145 against 155-158), by less than they win here.
+  bool half_tiles_exact = false;
 };
 
 namespace detail {

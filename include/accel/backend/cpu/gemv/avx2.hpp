@@ -146,7 +146,7 @@ struct avx2_blocks {
 
 /// gemv of `p` for weights of `wd` (f32, f16 or bf16). When p.x_exact (problem.hpp) x is read
 /// narrowed: f16 at any row count, bf16 for one row only (widening bf16 takes two operations
-/// where F16C takes one, and a tile of rows is bound by them: GemvKernels::f16_tiles_exact).
+/// where F16C takes one, and a tile of rows is bound by them: GemvKernels::half_tiles_exact).
 inline void gemv(simd::requires_arch<simd::avx2>, DType wd, const GemvProblem& p) {
   if (wd == DType::bf16) {
     if (p.x_exact && p.m == 1) return gemv_by_rows<avx2_blocks<avx2_bf16_row, avx2_bf16_row>>(p, gemv_narrowed_x(p, wd), 2);
