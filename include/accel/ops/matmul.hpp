@@ -36,15 +36,6 @@ namespace detail {
 /// Up to this many input rows, linear runs as a GEMV over the weight rows instead of oneDNN.
 inline constexpr std::int64_t small_m_rows = 4;
 
-/// The rows up to which linear takes the GEMV for a weight of `wd`: small_m_rows, and 16 for bf16
-/// weights where the AVX512-BF16 kernel runs (its tiles of four rows meet each block of weight
-/// rows while it is in the cache: 16 rows of 4096 x 4096 took 3.5 ms against oneDNN 2.6's bf16
-/// matmul at 4.2 ms, 4096 x 14336 12.7 against 17.0, Intel Xeon, 2 threads). Half-precision
-/// weights go to the tiles at any row count where GemvKernels::half_tiles says they win.
-inline std::int64_t gemv_rows_limit(DType wd) {
-  return wd == DType::bf16 && backend::cpu::gemv_kernels().bf16_pairs ? 16 : small_m_rows;
-}
-
 /// oneDNN layout of a 2-d view (rows x cols with the given strides), or nullopt when oneDNN
 /// would need a slow path (neither stride unit, or overlapping rows).
 inline std::optional<backend::cpu::MatrixLayout> matrix_layout(std::int64_t rows, std::int64_t cols,
@@ -303,7 +294,7 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(K, 1);
   using dt = dnnl::memory::data_type;
   const auto& tiles = backend::cpu::gemv_kernels();
-  if (rows > detail::gemv_rows_limit(weight.dtype()) && x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
+  if (rows > detail::small_m_rows && x.dtype() == DType::bf16 && weight.dtype() == DType::bf16 &&
       weight.stride(1) == 1 && !tiles.bf16_pairs && backend::cpu::dnnl_has_matmul(dt::bf16, dt::bf16, dt::f32)) {
     const Tensor xb = x.dim() == 2 ? x.contiguous() : x.contiguous().reshape(Shape{-1, K});
     Tensor out = Tensor::empty(out_shape, DType::f32);
@@ -330,7 +321,7 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   // half_tiles_exact).
   const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
   const bool tiles_win = half && (tiles.half_tiles || tiles.half_tiles_exact);
-  if ((x2.size(0) <= detail::gemv_rows_limit(weight.dtype()) || tiles_win) && weight.stride(1) == 1 && K > 0) {
+  if ((x2.size(0) <= detail::small_m_rows || tiles_win) && weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);
     detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,

@@ -175,44 +175,26 @@ struct avx512_blocks {
   }
 };
 
-/// Elements of k a pass over a prompt's tiles takes at most: a tile's four x rows (32 KB in f32,
-/// 16 KB as bf16 pairs) stay in L1, and the chunks of a block's weight rows (about 512 KB,
-/// prompt_block_bytes) in L2, for every tile. Unchunked, 64 bf16 rows of 2048 x 5632 ran 360-430
-/// GFLOPS against 560-660 chunked (Zen 5, 2 threads).
-inline constexpr std::int64_t prompt_chunk = 2048;
-inline constexpr std::size_t prompt_block_bytes = std::size_t{1} << 19;
-
-/// The chunks of k a prompt's tiles take: about equal, and whole 32-element steps but the last.
-inline std::int64_t prompt_chunk_elements(std::int64_t k) noexcept {
-  const std::int64_t chunks = (k + prompt_chunk - 1) / prompt_chunk;
-  return ((k + chunks - 1) / chunks + 31) / 32 * 32;
-}
-
 /// Several tiles of f32 x rows (a prompt) against weights of W: each block of weight rows meets
 /// every tile one chunk of k at a time.
 template <class W>
 void gemv_prompt_avx512(const GemvProblem& p) {
   const std::int64_t kc = prompt_chunk_elements(p.k);
+  const auto* x = reinterpret_cast<const std::byte*>(p.x);
   // Blocks of whole groups of five weight rows (four-row tiles) and of four (shorter tiles): 128
   // rows ended in three single-row tiles, 2.7% of a 64-token F16 prompt.
-  const std::size_t grain =
-      std::max<std::size_t>(20, prompt_block_bytes / (static_cast<std::size_t>(kc) * W::bytes) / 20 * 20);
-  const auto* x = reinterpret_cast<const std::byte*>(p.x);
-  gemv_blocks(static_cast<std::size_t>(p.n), grain, [&](std::size_t j0, std::size_t j1) {
-    for (std::int64_t k0 = 0; k0 < p.k; k0 += kc) {
-      const std::int64_t len = std::min(kc, p.k - k0);
-      const tile_store store{p.bias, k0 > 0};
-      const std::byte* wt = p.w + W::bytes * static_cast<std::size_t>(k0);
-      for (std::int64_t i = 0; i < p.m; i += gemv_max_rows) {
-        const std::byte* xt = x + sizeof(float) * static_cast<std::size_t>(i * p.k + k0);
-        float* out = p.out + i * p.n;
-        switch (std::min(gemv_max_rows, p.m - i)) {
-          case 1: avx512_blocks<W>::template chunk<1>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
-          case 2: avx512_blocks<W>::template chunk<2>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
-          case 3: avx512_blocks<W>::template chunk<3>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
-          default: avx512_blocks<W>::template chunk<4>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
-        }
-      }
+  gemv_prompt_tiles(p, kc, static_cast<std::size_t>(kc) * W::bytes, 20,
+                    [&](std::int64_t i, std::int64_t rows, std::int64_t k0, std::int64_t len, std::size_t j0,
+                        std::size_t j1, bool accumulate) {
+    const std::byte* xt = x + sizeof(float) * static_cast<std::size_t>(i * p.k + k0);
+    const std::byte* wt = p.w + W::bytes * static_cast<std::size_t>(k0);
+    const tile_store store{p.bias, accumulate};
+    float* out = p.out + i * p.n;
+    switch (rows) {
+      case 1: avx512_blocks<W>::template chunk<1>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+      case 2: avx512_blocks<W>::template chunk<2>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+      case 3: avx512_blocks<W>::template chunk<3>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
+      default: avx512_blocks<W>::template chunk<4>(xt, p.k, len, wt, p.row_bytes, j0, j1, p.n, store, out); break;
     }
   });
 }
@@ -307,12 +289,13 @@ ACCEL_TARGET_AVX512_BF16 inline std::size_t gemv_bf16_rows4(const std::uint16_t*
 
 /// bf16 weights: rows [j0, j1) over k elements from w (a chunk of each row), against m <=
 /// gemv_max_rows x rows given as bf16 pairs `kpad` apart (zero padded past the row's end, so a
-/// tail step may read whole 32-element steps of x). `chunk`: w is a chunk of k that every tile of
+/// tail step may read whole 32-element steps of x). `Chunk`: w is a chunk of k that every tile of
 /// a prompt reads from the cache, so the tiles prefetch nothing (gemv_bf16_rows4).
+template <bool Chunk>
 ACCEL_TARGET_AVX512_BF16 inline void gemv_bf16_block(const std::uint16_t* xb, std::int64_t kpad, std::int64_t m,
                                                      std::int64_t k, const std::byte* w, std::size_t row_bytes,
                                                      std::size_t j0, std::size_t j1, std::int64_t n, tile_store store,
-                                                     float* out, bool chunk = false) noexcept {
+                                                     float* out) noexcept {
   const std::int64_t kfull = k / 32 * 32;
   const auto tail_mask = static_cast<__mmask32>(k - kfull == 0 ? 0 : (std::uint64_t{1} << (k - kfull)) - 1);
   std::size_t j = j0;
@@ -340,14 +323,10 @@ ACCEL_TARGET_AVX512_BF16 inline void gemv_bf16_block(const std::uint16_t* xb, st
     }
     return;
   }
-  // A switch, not a generic lambda: GCC's lambdas do not take the enclosing function's target.
-  switch ((m == 2 ? 2 : m == 3 ? 3 : 4) * 2 + (chunk ? 1 : 0)) {
-    case 4: j = gemv_bf16_rows4<2, true>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
-    case 5: j = gemv_bf16_rows4<2, false>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
-    case 6: j = gemv_bf16_rows4<3, true>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
-    case 7: j = gemv_bf16_rows4<3, false>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
-    case 8: j = gemv_bf16_rows4<4, true>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
-    default: j = gemv_bf16_rows4<4, false>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
+  switch (m) {
+    case 2: j = gemv_bf16_rows4<2, !Chunk>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
+    case 3: j = gemv_bf16_rows4<3, !Chunk>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
+    default: j = gemv_bf16_rows4<4, !Chunk>(xb, kpad, kfull, tail_mask, w, row_bytes, j, j1, n, store, out); break;
   }
   for (; j < j1; ++j) {
     const auto* r = reinterpret_cast<const std::uint16_t*>(w + j * row_bytes);
@@ -380,22 +359,17 @@ inline void gemv(simd::requires_arch<simd::avx512_bf16>, DType wd, const GemvPro
   const std::uint16_t* xbp = xb.data();
   if (p.m <= gemv_max_rows) {
     gemv_tiles(p, kpad, [&](std::int64_t x0, std::int64_t rows, std::size_t j0, std::size_t j1, float* out) {
-      gemv_bf16_block(xbp + x0, kpad, rows, p.k, p.w, p.row_bytes, j0, j1, p.n, {p.bias, false}, out);
+      gemv_bf16_block<false>(xbp + x0, kpad, rows, p.k, p.w, p.row_bytes, j0, j1, p.n, {p.bias, false}, out);
     });
     return;
   }
-  // Several tiles (a prompt): each block of weight rows meets every tile one chunk of k at a time
-  // (prompt_chunk_elements).
+  // Several tiles (a prompt): each block of weight rows meets every tile one chunk of k at a time.
   const std::int64_t kc = prompt_chunk_elements(p.k);
-  const std::size_t grain = std::max<std::size_t>(4, prompt_block_bytes / (static_cast<std::size_t>(kc) * 2) / 4 * 4);
-  gemv_blocks(static_cast<std::size_t>(p.n), grain, [&](std::size_t j0, std::size_t j1) {
-    for (std::int64_t k0 = 0; k0 < p.k; k0 += kc) {
-      const std::int64_t len = std::min(kc, p.k - k0);
-      for (std::int64_t i = 0; i < p.m; i += gemv_max_rows) {
-        gemv_bf16_block(xbp + i * kpad + k0, kpad, std::min(gemv_max_rows, p.m - i), len, p.w + 2 * k0, p.row_bytes,
-                        j0, j1, p.n, {p.bias, k0 > 0}, p.out + i * p.n, /*chunk=*/true);
-      }
-    }
+  gemv_prompt_tiles(p, kc, static_cast<std::size_t>(kc) * 2, 4,
+                    [&](std::int64_t i, std::int64_t rows, std::int64_t k0, std::int64_t len, std::size_t j0,
+                        std::size_t j1, bool accumulate) {
+    gemv_bf16_block<true>(xbp + i * kpad + k0, kpad, rows, len, p.w + 2 * k0, p.row_bytes, j0, j1, p.n,
+                          {p.bias, accumulate}, p.out + i * p.n);
   });
 }
 
