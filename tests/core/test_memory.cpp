@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -182,4 +183,134 @@ TEST_CASE("large host blocks ask for transparent huge pages before their first t
   INFO("THP mode " << mode << ", AnonHugePages " << huge << " bytes of 64 MiB");
   // The kernel may find no free 2 MiB frame for some of them; most of the block must be huge.
   CHECK(huge >= (std::size_t{32} << 20));
+}
+
+namespace {
+/// The host block cache at `bytes` for one test, emptied before and after, its cap restored.
+class ScopedHostCache {
+ public:
+  explicit ScopedHostCache(std::size_t bytes) : previous_(accel::host_cache_stats().limit) {
+    accel::empty_host_cache();
+    accel::set_host_cache_limit(bytes);
+  }
+  ~ScopedHostCache() {
+    accel::empty_host_cache();
+    accel::set_host_cache_limit(previous_);
+  }
+  ScopedHostCache(const ScopedHostCache&) = delete;
+  ScopedHostCache& operator=(const ScopedHostCache&) = delete;
+
+ private:
+  std::size_t previous_;
+};
+}  // namespace
+
+TEST_CASE("freed host blocks are reused for the next request of their size, outside the counters") {
+  ScopedHostCache scope(std::size_t{8} << 20);
+  const Device cpu = Device::cpu();
+  const auto base = memory_stats(cpu);
+  const auto s0 = host_cache_stats();
+  const void* first = nullptr;
+  {
+    Tensor a = Tensor::empty({100'000}, DType::f32);  // 400'000 bytes: cached as 401'408 (98 pages)
+    first = a.data_ptr();
+  }
+  auto s1 = host_cache_stats();
+  REQUIRE(s1.cached_blocks == 1);
+  REQUIRE(s1.cached_bytes == 401'408);
+  REQUIRE(memory_stats(cpu).allocated_bytes == base.allocated_bytes);  // cached is not allocated
+  {
+    Tensor b = Tensor::empty({100'000}, DType::f32);
+    REQUIRE(b.data_ptr() == first);  // the same block, its pages already mapped
+    REQUIRE(host_cache_stats().cached_bytes == 0);
+    REQUIRE(memory_stats(cpu).allocated_bytes == base.allocated_bytes + 400'000);
+    Tensor c = Tensor::empty({100'001}, DType::f32);  // 400'004 bytes: the same 98 pages, a new block
+    REQUIRE(c.data_ptr() != first);
+    Tensor d = Tensor::empty({200'000}, DType::f32);  // another size: never the cached class
+    Tensor small = Tensor::empty({100}, DType::f32);  // under 64 KiB: not cached at all
+  }
+  const auto s2 = host_cache_stats();
+  REQUIRE(s2.hits == s0.hits + 1);
+  REQUIRE(s2.misses == s0.misses + 3);  // a, c, d
+  REQUIRE(s2.cached_blocks == 3);
+  REQUIRE(s2.cached_bytes == 2 * 401'408 + 802'816);
+  const auto after = memory_stats(cpu);
+  REQUIRE(after.allocated_bytes == base.allocated_bytes);
+  REQUIRE(after.num_allocs == base.num_allocs + 5);  // a, b (a cache hit is still one), c, d, small
+  REQUIRE(after.num_frees == base.num_frees + 5);
+  empty_host_cache();
+  REQUIRE(host_cache_stats().cached_bytes == 0);
+  REQUIRE(host_cache_stats().evictions == s2.evictions + 3);
+}
+
+TEST_CASE("the host block cache keeps at most its cap, giving back the oldest blocks first") {
+  ScopedHostCache scope(std::size_t{1} << 20);  // 1 MiB
+  const void* oldest = nullptr;
+  const void* newest = nullptr;
+  {
+    Tensor a = Tensor::empty({100'000}, DType::f32);  // 401'408 bytes cached
+    Tensor b = Tensor::empty({100'000}, DType::f32);
+    Tensor c = Tensor::empty({100'000}, DType::f32);
+    oldest = a.data_ptr();
+    newest = c.data_ptr();
+    a = Tensor();
+    b = Tensor();
+    c = Tensor();  // the third does not fit beside two: `a`, the oldest, goes back
+  }
+  REQUIRE(host_cache_stats().cached_blocks == 2);
+  REQUIRE(host_cache_stats().cached_bytes == 2 * 401'408);
+  {
+    Tensor again = Tensor::empty({100'000}, DType::f32);
+    REQUIRE(again.data_ptr() == newest);  // most recently freed first
+    REQUIRE(again.data_ptr() != oldest);
+  }
+  {
+    Tensor big = Tensor::empty({1 << 20}, DType::f32);  // 4 MiB: over the cap, freed at once
+  }
+  REQUIRE(host_cache_stats().cached_bytes == 2 * 401'408);
+  set_host_cache_limit(0);  // off: empties the cache and stops caching
+  REQUIRE(host_cache_stats().cached_bytes == 0);
+  { Tensor a = Tensor::empty({100'000}, DType::f32); }
+  REQUIRE(host_cache_stats().cached_blocks == 0);
+}
+
+TEST_CASE("under a cpu memory limit, held and cached bytes together stay within it") {
+  ScopedHostCache scope(std::size_t{64} << 20);
+  const Device cpu = Device::cpu();
+  const std::size_t in_use = memory_stats(cpu).allocated_bytes;
+  const std::size_t limit = in_use + (std::size_t{3} << 20);  // 3 MiB of room
+  ScopedMemoryLimit cap(cpu, limit);
+  auto within = [&] { return memory_stats(cpu).allocated_bytes + host_cache_stats().cached_bytes <= limit; };
+  {
+    Tensor a = Tensor::empty({256 << 10}, DType::f32);  // 1 MiB
+    Tensor b = Tensor::empty({256 << 10}, DType::f32);  // 1 MiB
+    REQUIRE(within());
+  }
+  REQUIRE(host_cache_stats().cached_bytes == std::size_t{2} << 20);  // both fit the room
+  REQUIRE(within());
+  {
+    // 2.5 MiB fits the limit only if the cache gives its 2 MiB back first.
+    Tensor big = Tensor::empty({640 << 10}, DType::f32);
+    REQUIRE(within());
+    REQUIRE(host_cache_stats().cached_bytes == 0);
+    Tensor small = Tensor::empty({64 << 10}, DType::f32);  // 256 KiB
+    REQUIRE(within());
+    big = Tensor();  // 2.5 MiB freed beside 256 KiB held: fits the room, kept
+    REQUIRE(within());
+    Tensor other = Tensor::empty({128 << 10}, DType::f32);  // 512 KiB of another size
+    REQUIRE(within());
+  }
+  REQUIRE(within());
+  REQUIRE_THROWS_AS(Tensor::empty({1 << 20}, DType::f32), OutOfMemoryError);  // 4 MiB never fits
+  REQUIRE(within());
+}
+
+TEST_CASE("ACCEL_HOST_CACHE_BYTES sets the cap, and a value that is not a size is an error") {
+  ::setenv("ACCEL_HOST_CACHE_BYTES", "1GiB", 1);
+  REQUIRE(detail::host_cache_limit_from_env() == (std::size_t{1} << 30));
+  ::setenv("ACCEL_HOST_CACHE_BYTES", "0", 1);
+  REQUIRE(detail::host_cache_limit_from_env() == 0);
+  ::setenv("ACCEL_HOST_CACHE_BYTES", "lots", 1);
+  REQUIRE_THROWS_WITH(detail::host_cache_limit_from_env(), Catch::Contains("ACCEL_HOST_CACHE_BYTES"));
+  ::unsetenv("ACCEL_HOST_CACHE_BYTES");
 }

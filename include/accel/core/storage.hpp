@@ -1,6 +1,7 @@
 // Storage: one block of bytes on one device, shared by every tensor that views it.
 //
-//   Storage::allocate(device, nbytes)    counted, budget-checked; throws OutOfMemoryError
+//   Storage::allocate(device, nbytes)    counted, budget-checked; throws OutOfMemoryError; host
+//                                        blocks come from and go back to the host block cache
 //   Storage::allocate_pinned(nbytes)     page-locked when a CUDA runtime is present
 //   Storage::wrap(ptr, n, dev, owner)    external or file-mapped bytes kept alive by `owner`
 //
@@ -21,15 +22,13 @@
 #include "accel/core/device.hpp"
 #include "accel/core/device_backend.hpp"
 #include "accel/core/errors.hpp"
+#include "accel/core/host_block_cache.hpp"
 #include "accel/core/memory_stats.hpp"
 
 namespace accel {
 
 /// How a storage's bytes were obtained (and so how they are given back).
 enum class MemoryKind : unsigned char { host, pinned, mapped, cuda, external };
-
-/// Host allocations are aligned for the widest SIMD load and for page-sized DMA.
-inline constexpr std::size_t host_alignment = 64;
 
 namespace detail {
 
@@ -76,10 +75,13 @@ class StorageImpl {
   void release() noexcept {
     if (!data_ && !owner_) return;
     switch (kind_) {
-      case MemoryKind::host:
-        ::operator delete(data_, std::align_val_t(host_alignment));
-        detail::memory_counter(device_).release(nbytes_);
+      case MemoryKind::host: {
+        auto& counter = detail::memory_counter(device_);
+        counter.release(nbytes_);
+        const std::size_t held = counter.stats().allocated_bytes, limit = counter.limit();
+        detail::host_block_cache().deallocate(data_, nbytes_, held < limit ? limit - held : 0);
         break;
+      }
       case MemoryKind::pinned:
         if (via_backend_) {
           cuda_backend().deallocate_pinned(data_);
@@ -130,12 +132,18 @@ class Storage {
     try {
       if (device.is_cpu()) {
         impl->kind_ = MemoryKind::host;
-        // nothrow: a failed request must come back here as null (sanitizer runtimes abort inside
-        // a throwing operator new instead of throwing bad_alloc).
-        impl->data_ = static_cast<std::byte*>(
-            ::operator new(nbytes ? nbytes : 1, std::align_val_t(host_alignment), std::nothrow));
+        // The cache asks for nothrow memory: a failed request must come back here as null
+        // (sanitizer runtimes abort inside a throwing operator new instead of throwing bad_alloc).
+        auto& cache = detail::host_block_cache();
+        cache.fit(counter);
+        bool fresh = true;
+        impl->data_ = static_cast<std::byte*>(cache.allocate(nbytes, fresh));
+        if (!impl->data_) {  // the system is out: what the cache keeps may be the difference
+          cache.clear();
+          impl->data_ = static_cast<std::byte*>(cache.allocate(nbytes, fresh));
+        }
         if (!impl->data_) throw std::bad_alloc();
-        detail::advise_huge_pages(impl->data_, nbytes);
+        if (fresh) detail::advise_huge_pages(impl->data_, nbytes);
       } else {
         impl->kind_ = MemoryKind::cuda;
         impl->data_ = static_cast<std::byte*>(device_backend(device).allocate(device.index(), nbytes));
