@@ -234,6 +234,13 @@ TEST_CASE("every GEMV tier this CPU runs matches a double reference for f32, f16
                            (exact ? narrow : wide).data_ptr<float>(), exact);
             }
             CHECK(std::memcmp(wide.data_ptr(), narrow.data_ptr(), static_cast<std::size_t>(m * n) * 4) == 0);
+            // ... and the same bits again with x given in that dtype, as linear passes it.
+            const Tensor xh = x.to(dt).contiguous();
+            Tensor given = Tensor::empty({m, n}, DType::f32);
+            cpu::gemv_at_half(arch, xh.data_ptr(), m, k, w.data_ptr(), dt,
+                              static_cast<std::size_t>(w.stride(0)) * w.element_size(), n, bias.data_ptr<float>(),
+                              given.data_ptr<float>());
+            CHECK(std::memcmp(wide.data_ptr(), given.data_ptr(), static_cast<std::size_t>(m * n) * 4) == 0);
           }
           ++tiers;
         });

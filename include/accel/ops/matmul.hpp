@@ -76,15 +76,13 @@ inline Shape slice_shape(const Shape& s, std::size_t begin, std::size_t end) {
   return out;
 }
 
-/// Rows of `a` (f32, dense [M, K]) against the rows of weight [N, K] (unit column stride, any
-/// float dtype) with bias: the decode-time GEMV, each weight row read once in its own dtype
-/// (backend/cpu/gemv.hpp). `a` holds activations of w's dtype, widened (linear checks that x and
-/// the weight share a dtype), so the kernels may read them narrowed (GemvProblem::x_exact).
+/// Rows of `a` (f32, dense [M, K]) against the rows of weight [N, K] (unit column stride, f32 or
+/// f64) with bias: the decode-time GEMV, each weight row read once (backend/cpu/gemv.hpp). Half-
+/// precision weights take gemv_rows_half with their activations as they are (linear_impl).
 inline void linear_small_m(const float* a, std::int64_t m, const Tensor& w, const float* bias, float* out) {
-  const std::size_t row_bytes = static_cast<std::size_t>(w.stride(0)) * w.element_size();
-  if (w.dtype() == DType::f32 || w.dtype() == DType::f16 || w.dtype() == DType::bf16) {
-    backend::cpu::gemv_rows(a, m, w.size(1), w.data_ptr(), w.dtype(), row_bytes, w.size(0), bias, out,
-                            /*x_exact=*/true);
+  if (w.dtype() == DType::f32) {
+    backend::cpu::gemv_rows(a, m, w.size(1), w.data_ptr(), DType::f32, static_cast<std::size_t>(w.stride(0)) * 4,
+                            w.size(0), bias, out);
     return;
   }
   const Tensor wf = w.to(DType::f32).contiguous();
@@ -308,6 +306,21 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
                               p.has_bias ? bias_f.data_ptr<float>() : nullptr);
     return detail::cast_result(out, x.dtype());
   }
+  // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
+  // of a half-precision weight); so do its tiles at any row count for half-precision weights on
+  // AVX-512 and AVX2 (GemvKernels::half_tiles, half_tiles_exact). Activations of the weight's
+  // half-precision dtype go to the kernels as they are (gemv_rows_half): widened here and narrowed
+  // again by the kernels, they cost two conversions and an allocation per call.
+  const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
+  const bool tiles_win = half && (tiles.half_tiles || tiles.half_tiles_exact);
+  if (half && (rows <= detail::small_m_rows || tiles_win) && weight.stride(1) == 1 && K > 0) {
+    const Tensor xd = x.contiguous();
+    Tensor out = Tensor::empty(out_shape, DType::f32);
+    backend::cpu::gemv_rows_half(xd.data_ptr(), rows, K, weight.data_ptr(), weight.dtype(),
+                                 static_cast<std::size_t>(weight.stride(0)) * weight.element_size(), N,
+                                 bias_f.defined() ? bias_f.data_ptr<float>() : nullptr, out.data_ptr<float>());
+    return detail::cast_result(out, x.dtype());
+  }
   Tensor xf = x.dtype() == DType::f32 ? x : x.to(DType::f32);
   Tensor x2 = xf.dim() == 2 ? xf : xf.reshape(Shape{-1, K});
   auto la = detail::matrix_layout(x2.size(0), K, x2.stride(0), x2.stride(1));
@@ -315,13 +328,7 @@ inline Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
     x2 = x2.contiguous();
     la = backend::cpu::MatrixLayout{0, K, 1};
   }
-  // Few rows: a bandwidth-bound GEMV over the weight rows beats a GEMM (and needs no f32 copy
-  // of a half-precision weight); so do its tiles at any row count for half-precision weights on
-  // AVX-512 and AVX2, whose activations share their dtype (GemvKernels::half_tiles,
-  // half_tiles_exact).
-  const bool half = weight.dtype() == DType::f16 || weight.dtype() == DType::bf16;
-  const bool tiles_win = half && (tiles.half_tiles || tiles.half_tiles_exact);
-  if ((x2.size(0) <= detail::small_m_rows || tiles_win) && weight.stride(1) == 1 && K > 0) {
+  if (x2.size(0) <= detail::small_m_rows && weight.stride(1) == 1 && K > 0) {
     const Tensor xd = x2.contiguous();
     Tensor out = Tensor::empty(out_shape, DType::f32);
     detail::linear_small_m(xd.data_ptr<float>(), xd.size(0), weight,

@@ -2,6 +2,7 @@
 //
 //   gemv_rows(x, m, k, w, wdtype, w_row_bytes, n, bias, out, x_exact = false)
 //     out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]),  i < m, j < n
+//   gemv_rows_half(x, ...)    the same with x in the weight's dtype (f16 / bf16), as it is
 //   gemv_kernels()            the tier this CPU runs (name, whether bf16 goes by bf16 pairs)
 //   gemv_at(arch, ...)        gemv_rows with one tier's kernels, for tests and benchmarks
 //
@@ -86,6 +87,25 @@ void gemv_at(Arch arch, const float* x, std::int64_t m, std::int64_t k, const vo
 inline void gemv_rows(const float* x, std::int64_t m, std::int64_t k, const void* w, DType wd, std::size_t row_bytes,
                       std::int64_t n, const float* bias, float* out, bool x_exact = false) {
   gemv_kernels().run(wd, GemvProblem{x, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out, x_exact});
+}
+
+/// gemv_rows with x in the weight's dtype `wd` (f16 or bf16; dense [m, k] of its bits): a
+/// half-precision model's activations, read as they are by the kernels that read x narrowed
+/// (GemvProblem::x_half) and widened once by the others. The result is gemv_rows' on x widened.
+inline void gemv_rows_half(const void* x, std::int64_t m, std::int64_t k, const void* w, DType wd,
+                           std::size_t row_bytes, std::int64_t n, const float* bias, float* out) {
+  GemvProblem p{nullptr, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out, true};
+  p.x_half = static_cast<const std::uint16_t*>(x);
+  gemv_kernels().run(wd, p);
+}
+
+/// gemv_rows_half with tier `arch`'s kernels (the caller checked that this CPU runs it).
+template <class Arch>
+void gemv_at_half(Arch arch, const void* x, std::int64_t m, std::int64_t k, const void* w, DType wd,
+                  std::size_t row_bytes, std::int64_t n, const float* bias, float* out) {
+  GemvProblem p{nullptr, m, k, static_cast<const std::byte*>(w), row_bytes, n, bias, out, true};
+  p.x_half = static_cast<const std::uint16_t*>(x);
+  detail::gemv(arch, wd, p);
 }
 
 }  // namespace accel::backend::cpu

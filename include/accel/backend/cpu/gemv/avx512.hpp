@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "accel/backend/cpu/gemv/problem.hpp"
@@ -205,18 +206,18 @@ void gemv_prompt_avx512(const GemvProblem& p) {
 /// 4, 2 threads).
 inline void gemv(simd::requires_arch<simd::avx512>, DType wd, const GemvProblem& p) {
   if (p.m > gemv_max_rows) {
-    if (wd == DType::bf16) return gemv_prompt_avx512<avx512_bf16_row>(p);
-    if (wd == DType::f16) return gemv_prompt_avx512<avx512_f16_row>(p);
+    if (wd == DType::bf16) return gemv_prompt_avx512<avx512_bf16_row>(gemv_f32_x(p, wd));
+    if (wd == DType::f16) return gemv_prompt_avx512<avx512_f16_row>(gemv_f32_x(p, wd));
     return gemv_prompt_avx512<avx512_f32_row>(p);
   }
-  const bool narrow = p.x_exact && p.m == 1 && wd != DType::f32;
+  const bool narrow = (p.x_exact || p.x_half) && p.m == 1 && wd != DType::f32;
   if (wd == DType::bf16) {
     if (narrow) return gemv_by_rows<avx512_blocks<avx512_bf16_row, avx512_bf16_row>>(p, gemv_narrowed_x(p, wd), 2);
-    return gemv_by_rows<avx512_blocks<avx512_bf16_row>>(p);
+    return gemv_by_rows<avx512_blocks<avx512_bf16_row>>(gemv_f32_x(p, wd));
   }
   if (wd == DType::f16) {
     if (narrow) return gemv_by_rows<avx512_blocks<avx512_f16_row, avx512_f16_row>>(p, gemv_narrowed_x(p, wd), 2);
-    return gemv_by_rows<avx512_blocks<avx512_f16_row>>(p);
+    return gemv_by_rows<avx512_blocks<avx512_f16_row>>(gemv_f32_x(p, wd));
   }
   gemv_by_rows<avx512_blocks<avx512_f32_row>>(p);
 }
@@ -353,8 +354,12 @@ inline void gemv(simd::requires_arch<simd::avx512_bf16>, DType wd, const GemvPro
   thread_local std::vector<std::uint16_t> xb;
   xb.assign(static_cast<std::size_t>(p.m * kpad), 0);
   for (std::int64_t i = 0; i < p.m; ++i) {
-    accel::detail::f32_to_bf16(p.x + i * p.k, reinterpret_cast<bfloat16*>(xb.data() + i * kpad),
-                               static_cast<std::size_t>(p.k));
+    if (p.x_half) {
+      std::memcpy(xb.data() + i * kpad, p.x_half + i * p.k, static_cast<std::size_t>(p.k) * 2);
+    } else {
+      accel::detail::f32_to_bf16(p.x + i * p.k, reinterpret_cast<bfloat16*>(xb.data() + i * kpad),
+                                 static_cast<std::size_t>(p.k));
+    }
   }
   const std::uint16_t* xbp = xb.data();
   if (p.m <= gemv_max_rows) {

@@ -129,7 +129,8 @@ struct neon_blocks {
 };
 
 /// gemv of `p` for weights of `wd` (f32, f16 or bf16).
-inline void gemv(simd::requires_arch<simd::neon>, DType wd, const GemvProblem& p) {
+inline void gemv(simd::requires_arch<simd::neon>, DType wd, const GemvProblem& problem) {
+  const GemvProblem p = gemv_f32_x(problem, wd);
   if (wd == DType::bf16) return gemv_by_rows<neon_blocks<neon_bf16_row>>(p);
   if (wd == DType::f16) return gemv_by_rows<neon_blocks<neon_f16_row>>(p);
   gemv_by_rows<neon_blocks<neon_f32_row>>(p);

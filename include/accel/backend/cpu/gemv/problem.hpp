@@ -37,6 +37,10 @@ struct GemvProblem {
   /// from DRAM at 27 GB/s with x in f32 and 41 with x in f16, and 64 rows of it ran 158 against 193
   /// GFLOPS on AVX2 (Zen 4, 2 threads).
   bool x_exact = false;
+  /// x given in the weight's dtype (f16 / bf16 bits, dense [m, k]) instead of `x`, which is then
+  /// null: a half-precision model's activations as they are (implies x_exact). Kernels that read x
+  /// narrowed take it as it is; the others widen it once per call (gemv_f32_x).
+  const std::uint16_t* x_half = nullptr;
 };
 
 namespace detail {
@@ -60,19 +64,32 @@ void gemv_blocks(std::size_t n, std::size_t grain, F&& f) {
   f(std::size_t{0}, n);
 }
 
-/// Weight rows per block of the split: about 256 KiB of weights (a multiple of 4 rows), enough to
-/// amortise scheduling, small enough that the threads end together. Tiles of gemv_max_rows
-/// activation rows meet each block in turn: the first reads it from memory, the others from the
-/// cache.
-inline std::size_t gemv_grain(std::size_t row_bytes) {
-  return std::max<std::size_t>(4, (std::size_t{1} << 18) / std::max<std::size_t>(row_bytes, 1) / 4 * 4);
+/// Weight rows per block of the split: about 256 KiB of weights (a multiple of `multiple` rows, the
+/// weight rows a kernel's tile takes), enough to amortise scheduling, small enough that the threads
+/// end together. Tiles of gemv_max_rows activation rows meet each block in turn: the first reads it
+/// from memory, the others from the cache.
+inline std::size_t gemv_grain(std::size_t row_bytes, std::size_t multiple = 4) {
+  return std::max(multiple, (std::size_t{1} << 18) / std::max<std::size_t>(row_bytes, 1) / multiple * multiple);
+}
+
+/// `grain` rows per block made even: the blocks of [0, n) come in a multiple of the thread count,
+/// of about equal size (a multiple of `multiple` rows), so that no thread is left one block alone
+/// at the end (2048 rows in blocks of 136 were fifteen full blocks and one of eight).
+inline std::size_t balanced_grain(std::size_t n, std::size_t grain, std::size_t multiple) {
+  const auto threads = static_cast<std::size_t>(std::max(1, num_threads()));
+  std::size_t blocks = (n + grain - 1) / std::max<std::size_t>(grain, 1);
+  blocks = (blocks + threads - 1) / threads * threads;
+  const std::size_t even = (n + blocks - 1) / blocks;
+  return std::max(multiple, (even + multiple - 1) / multiple * multiple);
 }
 
 /// Runs tile(x_tile, rows, j0, j1, out_tile) for every tile of up to gemv_max_rows rows of x and
-/// every block of weight rows, blocks split over the threads.
+/// every block of weight rows (a multiple of `multiple` rows: gemv_grain), blocks split over the
+/// threads.
 template <class Tile>
-void gemv_tiles(const GemvProblem& p, std::int64_t x_row_stride, const Tile& tile) {
-  gemv_blocks(static_cast<std::size_t>(p.n), gemv_grain(p.row_bytes), [&](std::size_t b, std::size_t e) {
+void gemv_tiles(const GemvProblem& p, std::int64_t x_row_stride, const Tile& tile, std::size_t multiple = 4) {
+  const auto n = static_cast<std::size_t>(p.n);
+  gemv_blocks(n, balanced_grain(n, gemv_grain(p.row_bytes, multiple), multiple), [&](std::size_t b, std::size_t e) {
     for (std::int64_t i = 0; i < p.m; i += gemv_max_rows) {
       tile(i * x_row_stride, std::min(gemv_max_rows, p.m - i), b, e, p.out + i * p.n);
     }
@@ -100,8 +117,9 @@ inline std::int64_t prompt_chunk_elements(std::int64_t k) noexcept {
 template <class Tile>
 void gemv_prompt_tiles(const GemvProblem& p, std::int64_t kc, std::size_t chunk_row_bytes, std::size_t rows_multiple,
                        const Tile& tile) {
+  const auto n = static_cast<std::size_t>(p.n);
   const std::size_t grain = std::max(rows_multiple, prompt_block_bytes / chunk_row_bytes / rows_multiple * rows_multiple);
-  gemv_blocks(static_cast<std::size_t>(p.n), grain, [&](std::size_t j0, std::size_t j1) {
+  gemv_blocks(n, balanced_grain(n, grain, rows_multiple), [&](std::size_t j0, std::size_t j1) {
     for (std::int64_t k0 = 0; k0 < p.k; k0 += kc) {
       for (std::int64_t i = 0; i < p.m; i += gemv_max_rows) {
         tile(i, std::min(gemv_max_rows, p.m - i), k0, std::min(kc, p.k - k0), j0, j1, k0 > 0);
@@ -113,9 +131,12 @@ void gemv_prompt_tiles(const GemvProblem& p, std::int64_t kc, std::size_t chunk_
 /// Runs Blocks::block<M>(x, k, w, row_bytes, j0, j1, n, bias, out) over the tiles of `p`, M the
 /// tile's activation rows (1 to gemv_max_rows) as a template argument, so that a kernel keeps its
 /// M x R accumulators in registers. x: the activation rows, `x_bytes` a value (p.x's f32, or the
-/// weight's dtype narrowed by gemv_narrowed_x).
+/// weight's dtype narrowed by gemv_narrowed_x). Blocks::rows_multiple, where it is declared, is the
+/// multiple of weight rows its tiles take whole (else 4): the blocks are cut to it.
 template <class Blocks>
 void gemv_by_rows(const GemvProblem& p, const std::byte* x, std::size_t x_bytes) {
+  std::size_t multiple = 4;
+  if constexpr (requires { Blocks::rows_multiple; }) multiple = Blocks::rows_multiple;
   gemv_tiles(p, p.k, [&](std::int64_t x0, std::int64_t rows, std::size_t j0, std::size_t j1, float* out) {
     const std::byte* xt = x + static_cast<std::size_t>(x0) * x_bytes;
     switch (rows) {
@@ -124,15 +145,17 @@ void gemv_by_rows(const GemvProblem& p, const std::byte* x, std::size_t x_bytes)
       case 3: Blocks::template block<3>(xt, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
       default: Blocks::template block<4>(xt, p.k, p.w, p.row_bytes, j0, j1, p.n, p.bias, out); break;
     }
-  });
+  }, multiple);
 }
 template <class Blocks>
 void gemv_by_rows(const GemvProblem& p) {
   gemv_by_rows<Blocks>(p, reinterpret_cast<const std::byte*>(p.x), sizeof(float));
 }
 
-/// p.x narrowed to `wd` (f16 or bf16) in a buffer of this thread's: exact when p.x_exact.
+/// p.x narrowed to `wd` (f16 or bf16) in a buffer of this thread's: exact when p.x_exact; p.x_half
+/// itself when given.
 inline const std::byte* gemv_narrowed_x(const GemvProblem& p, DType wd) {
+  if (p.x_half) return reinterpret_cast<const std::byte*>(p.x_half);
   thread_local std::vector<std::uint16_t> buf;
   buf.resize(static_cast<std::size_t>(p.m * p.k));
   if (wd == DType::f16) {
@@ -141,6 +164,23 @@ inline const std::byte* gemv_narrowed_x(const GemvProblem& p, DType wd) {
     accel::detail::f32_to_bf16(p.x, reinterpret_cast<bfloat16*>(buf.data()), buf.size());
   }
   return reinterpret_cast<const std::byte*>(buf.data());
+}
+
+/// `p` with x in f32: p itself, or with p.x_half widened into a buffer of this thread's.
+inline GemvProblem gemv_f32_x(const GemvProblem& p, DType wd) {
+  if (!p.x_half) return p;
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<std::size_t>(p.m * p.k));
+  if (wd == DType::f16) {
+    accel::detail::f16_to_f32(reinterpret_cast<const half*>(p.x_half), buf.data(), buf.size());
+  } else {
+    accel::detail::bf16_to_f32(reinterpret_cast<const bfloat16*>(p.x_half), buf.data(), buf.size());
+  }
+  GemvProblem q = p;
+  q.x = buf.data();
+  q.x_half = nullptr;
+  q.x_exact = true;
+  return q;
 }
 
 }  // namespace detail

@@ -16,7 +16,8 @@
 namespace accel::backend::cpu::detail {
 
 /// gemv of `p` for weights of `wd` (f32, f16 or bf16).
-inline void gemv(simd::requires_arch<simd::scalar>, DType wd, const GemvProblem& p) {
+inline void gemv(simd::requires_arch<simd::scalar>, DType wd, const GemvProblem& problem) {
+  const GemvProblem p = gemv_f32_x(problem, wd);
   const auto k = static_cast<std::size_t>(p.k);
   parallel_for(static_cast<std::size_t>(p.n), gemv_grain(p.row_bytes), [&](std::size_t j0, std::size_t j1) {
     thread_local std::vector<float> buf;
