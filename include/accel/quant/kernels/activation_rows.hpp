@@ -20,16 +20,11 @@
 namespace accel::quant::detail {
 
 /// n elements of T at a 64-byte boundary, in a buffer this thread keeps between calls (one per T;
-/// valid until its next call). Aligned because activation loads that straddle two cache lines cost
-/// the NF4 tile kernel 1.7x at k = 14336.
+/// valid until its next call): backend::cpu::detail::aligned_scratch, apart from the GEMV's own.
 template <class T>
 T* activation_buffer(std::size_t n) {
-  static_assert(64 % sizeof(T) == 0);
-  constexpr std::size_t pad = 64 / sizeof(T);
-  thread_local std::vector<T> buffer;
-  buffer.resize(n + pad);
-  const auto misaligned = reinterpret_cast<std::uintptr_t>(buffer.data()) % 64 / sizeof(T);
-  return buffer.data() + (pad - misaligned) % pad;
+  struct activation_tag;
+  return backend::cpu::detail::aligned_scratch<T, activation_tag>(n);
 }
 
 /// f(t0, std::integral_constant<int, NT>) for each group of up to eight of `rows` activation rows,

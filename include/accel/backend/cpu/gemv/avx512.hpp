@@ -351,17 +351,18 @@ inline void gemv(simd::requires_arch<simd::avx512_bf16>, DType wd, const GemvPro
   if (wd != DType::bf16) return gemv(simd::avx512{}, wd, p);
   const std::int64_t kpad = (p.k + 31) / 32 * 32;
   // x as bf16, zero padded to whole 32-element steps (exact for bf16 activations).
-  thread_local std::vector<std::uint16_t> xb;
-  xb.assign(static_cast<std::size_t>(p.m * kpad), 0);
+  struct pairs_tag;
+  std::uint16_t* const xb = aligned_scratch<std::uint16_t, pairs_tag>(static_cast<std::size_t>(p.m * kpad));
+  std::fill_n(xb, static_cast<std::size_t>(p.m * kpad), std::uint16_t{0});
   for (std::int64_t i = 0; i < p.m; ++i) {
     if (p.x_half) {
-      std::memcpy(xb.data() + i * kpad, p.x_half + i * p.k, static_cast<std::size_t>(p.k) * 2);
+      std::memcpy(xb + i * kpad, p.x_half + i * p.k, static_cast<std::size_t>(p.k) * 2);
     } else {
-      accel::detail::f32_to_bf16(p.x + i * p.k, reinterpret_cast<bfloat16*>(xb.data() + i * kpad),
+      accel::detail::f32_to_bf16(p.x + i * p.k, reinterpret_cast<bfloat16*>(xb + i * kpad),
                                  static_cast<std::size_t>(p.k));
     }
   }
-  const std::uint16_t* xbp = xb.data();
+  const std::uint16_t* xbp = xb;
   if (p.m <= gemv_max_rows) {
     gemv_tiles(p, kpad, [&](std::int64_t x0, std::int64_t rows, std::size_t j0, std::size_t j1, float* out) {
       gemv_bf16_block<false>(xbp + x0, kpad, rows, p.k, p.w, p.row_bytes, j0, j1, p.n, {p.bias, false}, out);
