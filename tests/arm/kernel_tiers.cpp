@@ -210,6 +210,26 @@ TEST_CASE("GEMV: every tier matches a double reference for f32, f16 and bf16 wei
           std::size_t bad = 0;
           while (bad < want.size() && std::abs(out[bad] - want[bad]) <= atol + rtol * std::abs(want[bad])) ++bad;
           if (bad < want.size()) FAIL_CHECK("element " << bad << ": got " << out[bad] << ", want " << want[bad]);
+          if (dt != DType::f32) {
+            // x given in the weight's dtype (gemv_at_half) gives the bits of x widened to f32.
+            std::vector<std::uint16_t> xh(x.size());
+            std::vector<float> xr(x.size());
+            for (std::size_t i = 0; i < x.size(); ++i) {
+              if (dt == DType::f16) {
+                const half h(x[i]);
+                xh[i] = h.bits, xr[i] = static_cast<float>(h);
+              } else {
+                const bfloat16 h(x[i]);
+                xh[i] = h.bits, xr[i] = static_cast<float>(h);
+              }
+            }
+            std::vector<float> wide(want.size()), given(want.size());
+            cpu::gemv_at(arch, xr.data(), m, k, w.data() + 3 * itemsize(dt), dt, static_cast<std::size_t>(stride) * itemsize(dt),
+                         n, bias.data(), wide.data(), true);
+            cpu::gemv_at_half(arch, xh.data(), m, k, w.data() + 3 * itemsize(dt), dt,
+                              static_cast<std::size_t>(stride) * itemsize(dt), n, bias.data(), given.data());
+            if (std::memcmp(wide.data(), given.data(), wide.size() * 4) != 0) FAIL_CHECK("x_half differs from x widened");
+          }
           tiers.emplace_back(A::name());
         });
         REQUIRE(!tiers.empty());
