@@ -72,15 +72,22 @@ inline std::size_t gemv_grain(std::size_t row_bytes, std::size_t multiple = 4) {
   return std::max(multiple, (std::size_t{1} << 18) / std::max<std::size_t>(row_bytes, 1) / multiple * multiple);
 }
 
-/// `grain` rows per block made even: the blocks of [0, n) come in a multiple of the thread count,
-/// of about equal size (a multiple of `multiple` rows), so that no thread is left one block alone
-/// at the end (2048 rows in blocks of 136 were fifteen full blocks and one of eight).
+/// `grain` rows per block made even: blocks of [0, n), a multiple of `multiple` rows each, whose
+/// count fills every thread alike, so that no thread is left with one block alone at the end (2048
+/// rows in blocks of 136 were fifteen full blocks and one of eight). Of the block counts just
+/// under and over n / grain that are multiples of the thread count, the one whose busiest thread
+/// gets fewer rows (256 rows in multiples of 20 on two threads: two blocks of 140 and 116, not
+/// three of 80 and one of 16).
 inline std::size_t balanced_grain(std::size_t n, std::size_t grain, std::size_t multiple) {
   const auto threads = static_cast<std::size_t>(std::max(1, num_threads()));
-  std::size_t blocks = (n + grain - 1) / std::max<std::size_t>(grain, 1);
-  blocks = (blocks + threads - 1) / threads * threads;
-  const std::size_t even = (n + blocks - 1) / blocks;
-  return std::max(multiple, (even + multiple - 1) / multiple * multiple);
+  const std::size_t want = (n + grain - 1) / std::max<std::size_t>(grain, 1);
+  std::size_t best = grain, best_load = 0;
+  for (const std::size_t blocks : {std::max(threads, want / threads * threads), (want + threads - 1) / threads * threads}) {
+    const std::size_t g = std::max(multiple, ((n + blocks - 1) / blocks + multiple - 1) / multiple * multiple);
+    const std::size_t load = ((n + g - 1) / g + threads - 1) / threads * g;  // rows of the busiest thread
+    if (best_load == 0 || load < best_load || (load == best_load && g < best)) best = g, best_load = load;
+  }
+  return best;
 }
 
 /// Runs tile(x_tile, rows, j0, j1, out_tile) for every tile of up to gemv_max_rows rows of x and
