@@ -106,6 +106,17 @@ struct GgufValue {
   const bool* as_bool() const noexcept { return std::get_if<bool>(&data); }
 };
 
+/// Metadata value makers (for GgufWriter::add and the metadata builders).
+inline GgufValue gguf_string(std::string s) { return {GgufValueType::string, std::move(s)}; }
+inline GgufValue gguf_u32(std::uint32_t v) { return {GgufValueType::uint32, std::uint64_t{v}}; }
+inline GgufValue gguf_i32(std::int32_t v) { return {GgufValueType::int32, std::int64_t{v}}; }
+inline GgufValue gguf_f32(float v) { return {GgufValueType::float32, static_cast<double>(v)}; }
+inline GgufValue gguf_bool(bool v) { return {GgufValueType::boolean, v}; }
+/// An array of `elem` values; every item must have type `elem`.
+inline GgufValue gguf_array(GgufValueType elem, std::vector<GgufValue> items) {
+  return {GgufValueType::array, GgufArray{elem, std::move(items)}};
+}
+
 /// One tensor info. `ne` is in GGUF order (ne[0] is the contiguous dimension).
 struct GgufTensorInfo {
   std::string name;

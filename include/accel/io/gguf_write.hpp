@@ -16,9 +16,11 @@
 // the alignment.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,16 +34,6 @@
 #include "accel/io/gguf_model.hpp"
 
 namespace accel::io {
-
-/// Metadata value makers, for GgufWriter::add.
-inline GgufValue gguf_string(std::string s) { return {GgufValueType::string, std::move(s)}; }
-inline GgufValue gguf_u32(std::uint32_t v) { return {GgufValueType::uint32, std::uint64_t{v}}; }
-inline GgufValue gguf_f32(float v) { return {GgufValueType::float32, static_cast<double>(v)}; }
-inline GgufValue gguf_bool(bool v) { return {GgufValueType::boolean, v}; }
-/// An array of `elem` values; every item must have type `elem`.
-inline GgufValue gguf_array(GgufValueType elem, std::vector<GgufValue> items) {
-  return {GgufValueType::array, GgufArray{elem, std::move(items)}};
-}
 
 /// Collects metadata and tensors, then writes them (see the header comment).
 class GgufWriter {
@@ -196,8 +188,11 @@ class GgufWriter {
 /// model file that GgufCheckpoint reads back as the same model. Floating tensors keep their
 /// dtype (f32, f16, bf16); tensors the architecture does not name (GPT-2's attn.bias masks,
 /// rotary caches) are skipped; a tied lm_head is not written.
+/// `extra` metadata (a tokenizer's, io/gguf_tokenizer.hpp) is written after the architecture's;
+/// its bos / eos ids take the place of config.json's.
 inline void save_gguf_model(const std::string& path, const nlohmann::json& config,
-                            const std::vector<std::pair<std::string, Tensor>>& tensors) {
+                            const std::vector<std::pair<std::string, Tensor>>& tensors,
+                            const std::vector<std::pair<std::string, GgufValue>>& extra = {}) {
   const std::string model_type = config.value("model_type", std::string());
   const GgufArchitecture* arch = nullptr;
   for (const auto& a : gguf_architectures()) {
@@ -256,10 +251,14 @@ inline void save_gguf_model(const std::string& path, const nlohmann::json& confi
                                                                               : 4 * config.at("n_embd").get<std::uint32_t>()));
     w.add(a + ".attention.layer_norm_epsilon", gguf_f32(config.value("layer_norm_epsilon", 1e-5f)));
   }
-  if (config.contains("bos_token_id") && config["bos_token_id"].is_number_unsigned()) {
+  const auto in_extra = [&](std::string_view key) {
+    return std::any_of(extra.begin(), extra.end(), [&](const auto& kv) { return kv.first == key; });
+  };
+  for (const auto& [k, v] : extra) w.add(k, v);
+  if (!in_extra("tokenizer.ggml.bos_token_id") && config.contains("bos_token_id") && config["bos_token_id"].is_number_unsigned()) {
     w.add("tokenizer.ggml.bos_token_id", gguf_u32(config["bos_token_id"].get<std::uint32_t>()));
   }
-  if (config.contains("eos_token_id") && config["eos_token_id"].is_number_unsigned()) {
+  if (!in_extra("tokenizer.ggml.eos_token_id") && config.contains("eos_token_id") && config["eos_token_id"].is_number_unsigned()) {
     w.add("tokenizer.ggml.eos_token_id", gguf_u32(config["eos_token_id"].get<std::uint32_t>()));
   }
   for (const auto& [hf, t] : tensors) {
