@@ -1,5 +1,7 @@
 // accel quantize IN_DIR OUT_DIR --scheme nf4|fp4|int8|quanto-int8|quanto-int4|quanto-int2|quanto-float8
 //                [--double-quant] [--dtype DTYPE] [--json | --quiet] [--progress]
+// accel quantize IN_DIR OUT.gguf --scheme f16|bf16|f32|q8_0|q4_0|q4_k_m|q5_k_m|q6_k|...
+//                [--json | --quiet] [--progress]
 //
 //   QuantizeRequest r = parse_quantize_request(args);
 //   QuantizeResult  q = compute_quantize(r);       the model quantized on load, saved as its library saves it
@@ -14,10 +16,13 @@
 // here (`accel run OUT_DIR`), in transformers (bitsandbytes) and Diffusers (Quanto). Each float weight is quantized as it
 // streams in, so memory holds the quantized bytes plus one tensor. The float dtype (what the kept
 // layers hold and what weights are rounded to before quantizing) is --dtype, else config.json's.
+// With OUT.gguf the folder becomes one GGUF file, as llama.cpp's converter and llama-quantize make
+// it (quant/quantizers/gguf_convert.hpp); it runs in llama.cpp and in `accel run OUT.gguf`.
 // `bnb_scheme_config` is also what `accel run --quantize` uses for nf4 / fp4 / int8, and
 // `run_quantizer` maps every --quantize scheme of `accel run` to its backend.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iomanip>
@@ -35,6 +40,7 @@
 #include "accel/quant/quantizers/auto_quantizer.hpp"
 #include "accel/quant/quantizers/bnb.hpp"
 #include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/gguf_convert.hpp"
 #include "accel/quant/quantizers/quanto.hpp"
 #include "accel/quant/quantizers/torchao.hpp"
 #include "cli_command.hpp"
@@ -65,7 +71,8 @@ inline quant::BitsAndBytesConfig bnb_scheme_config(const std::string& option, co
 
 /// The --quantize schemes of `accel run`, and their backends.
 inline constexpr const char* run_quantize_schemes =
-    "nf4, fp4, int8 (bitsandbytes), q8_0, q4_0, q4_k (GGUF blocks), int4-g128 (or -g32, -g64, -g256: TorchAO "
+    "nf4, fp4, int8 (bitsandbytes), q8_0, q4_0, q4_k (or q4_1, q5_0, q5_1, q5_k, q6_k, iq4_nl, iq4_xs: GGUF "
+    "blocks), int4-g128 (or -g32, -g64, -g256: TorchAO "
     "int4 weight-only groups) or fp8 (TorchAO float8 weight-only)";
 
 /// The quantizer of an `accel run --quantize` scheme (see run_quantize_schemes), computing in
@@ -106,6 +113,8 @@ struct QuantizeRequest {
   /// --quiet: nothing on stdout or stderr but an error.
   bool quiet = false;
   bool progress = false;
+  /// OUT ends in .gguf: one GGUF file in a GGUF scheme (quant/quantizers/gguf_scheme.hpp).
+  bool gguf = false;
 };
 
 /// What it did.
@@ -117,6 +126,7 @@ struct QuantizeResult {
   double output_bytes = 0;          ///< model.safetensors written
   double seconds = 0;
   double peak_bytes = 0;            ///< the CPU allocator's peak while loading and saving
+  std::optional<quant::GgufConvertResult> gguf;  ///< what a GGUF output holds
 };
 
 inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
@@ -131,7 +141,17 @@ inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
   r.progress = args.flag("--progress");
   if (r.json && r.quiet) throw UsageError("--json and --quiet exclude each other");
   // Usage errors before any file is read.
-  if (quanto_scheme(r.scheme)) {
+  r.gguf = r.out.extension() == ".gguf";
+  const bool gguf_scheme = std::any_of(quant::gguf_scheme_table.begin(), quant::gguf_scheme_table.end(),
+                                       [&](const auto& s) { return s.name == r.scheme; });
+  if (r.gguf) {
+    if (!gguf_scheme) {
+      throw UsageError("--scheme: '" + r.scheme + "' is not a GGUF scheme; OUT.gguf takes " + quant::gguf_scheme_names());
+    }
+    if (r.double_quant || r.dtype) throw UsageError("--double-quant and --dtype apply to a folder output, not OUT.gguf");
+  } else if (gguf_scheme) {
+    throw UsageError("--scheme " + r.scheme + " writes a GGUF file: give OUT as a path ending in .gguf");
+  } else if (quanto_scheme(r.scheme)) {
     if (r.double_quant) throw UsageError("--scheme " + r.scheme + ": --double-quant applies to nf4 and fp4 only");
   } else if (r.scheme.starts_with("quanto")) {
     throw UsageError("--scheme: '" + r.scheme + "' is not a Quanto scheme here (quanto-int8, quanto-int4, quanto-int2, quanto-float8)");
@@ -143,7 +163,24 @@ inline QuantizeRequest parse_quantize_request(const ParsedArgs& args) {
   return r;
 }
 
+/// OUT.gguf: the folder converted by quant::convert_to_gguf.
+inline QuantizeResult compute_quantize_gguf(const QuantizeRequest& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QuantizeResult q;
+  reset_peak_memory_stats(Device::cpu());
+  ByteProgressBar bar("Converting", progress_wanted(r.progress, r.quiet) ? &std::cerr : nullptr);
+  q.gguf = quant::convert_to_gguf(r.in, r.out, {.scheme = r.scheme, .progress = bar.callback()});
+  bar.finish();
+  q.model_type = q.gguf->architecture;
+  q.input_bytes = static_cast<double>(q.gguf->input_bytes);
+  q.output_bytes = static_cast<double>(q.gguf->output_bytes);
+  q.peak_bytes = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes);
+  q.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return q;
+}
+
 inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
+  if (r.gguf) return compute_quantize_gguf(r);
   const auto t0 = std::chrono::steady_clock::now();
   QuantizeResult q;
   const nlohmann::json config = dispatch::read_model_config(r.in);
@@ -186,7 +223,36 @@ inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
   return q;
 }
 
+/// The GGUF output's summary: JSON, or one line.
+inline void render_quantize_gguf(const QuantizeRequest& r, const QuantizeResult& q) {
+  const auto& g = *q.gguf;
+  if (r.json) {
+    nlohmann::ordered_json j;
+    j["in"] = r.in.string();
+    j["out"] = r.out.string();
+    j["scheme"] = r.scheme;
+    j["architecture"] = g.architecture;
+    j["tensors"] = g.tensors;
+    j["types"] = g.types;
+    j["tokenizer"] = g.tokenizer;
+    j["input_bytes"] = q.input_bytes;
+    j["output_bytes"] = q.output_bytes;
+    j["peak_bytes"] = q.peak_bytes;
+    j["seconds"] = q.seconds;
+    std::cout << dump_json(j, 2) << "\n";
+    return;
+  }
+  if (r.quiet) return;
+  std::string types;
+  for (const auto& [t, n] : g.types) types += (types.empty() ? "" : ", ") + t + " " + std::to_string(n);
+  std::cout << std::fixed << std::setprecision(2) << g.architecture << ": " << g.tensors << " tensors as " << r.scheme
+            << " (" << types << ")" << (g.tokenizer ? ", with its tokenizer" : ", no tokenizer.json") << ", "
+            << human_bytes(q.input_bytes) << " -> " << human_bytes(q.output_bytes) << " in " << r.out.string() << " ("
+            << q.seconds << " s, CPU peak " << human_bytes(q.peak_bytes) << ")\n";
+}
+
 inline void render_quantize(const QuantizeRequest& r, const QuantizeResult& q) {
+  if (q.gguf) return render_quantize_gguf(r, q);
   if (r.json) {
     nlohmann::ordered_json j;
     j["in"] = r.in.string();
@@ -220,14 +286,20 @@ inline int run_quantize(const ParsedArgs& args) {
 inline Command quantize_command() {
   return {
       .name = "quantize",
-      .summary = "quantize a model folder with bitsandbytes (NF4 / FP4 / int8) or Quanto, saved as its library saves it",
+      .summary = "quantize a model folder with bitsandbytes (NF4 / FP4 / int8) or Quanto, saved as its library saves it,\n"
+                 "or write it as a GGUF file (f16, q8_0, q4_k_m, ...) as llama.cpp's tools do",
       .usage = "IN_DIR OUT_DIR --scheme nf4|fp4|int8|quanto-int8|quanto-int4|quanto-int2|quanto-float8 [--double-quant]\n"
-               "       [--dtype DTYPE] [--json | --quiet] [--progress]",
+               "       [--dtype DTYPE] [--json | --quiet] [--progress]\n"
+               "       IN_DIR OUT.gguf --scheme f16|bf16|f32|q8_0|q4_0|q4_k_m|q5_k_m|q6_k|... [--json | --quiet] [--progress]",
       .positionals = {{.name = "IN_DIR", .help = "a Hugging Face model folder (config.json + checkpoint)"},
-                      {.name = "OUT_DIR", .help = "where the quantized folder is written (created)"}},
+                      {.name = "OUT_DIR", .help = "where the quantized folder is written (created); a path ending in .gguf\n"
+                                                  "is written as one GGUF file"}},
       .options = {{.name = "--scheme", .placeholder = "SCHEME",
                    .help = "nf4, fp4 (4-bit, blocks of 64) or int8 (LLM.int8): bitsandbytes; quanto-int8,\n"
-                           "quanto-float8 (per output row), quanto-int4, quanto-int2 (groups of 128): Quanto",
+                           "quanto-float8 (per output row), quanto-int4, quanto-int2 (groups of 128): Quanto;\n"
+                           "for OUT.gguf, llama.cpp's file types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1,\n"
+                           "q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs (the _M / _S mixtures as\n"
+                           "llama-quantize chooses them, without an importance matrix)",
                    .required = true},
                   {.name = "--double-quant", .help = "quantize the 4-bit absmax again (8-bit, blocks of 256)"},
                   {.name = "--dtype", .placeholder = "DTYPE",
@@ -238,7 +310,8 @@ inline Command quantize_command() {
                   {.name = "--progress", .help = "a progress bar on stderr even when it is not a terminal"}},
       .details = "The output folder loads back with `accel run OUT_DIR`, and in transformers (bitsandbytes) or\n"
                  "Diffusers (Quanto): quantization_config in config.json. The output head and weights tied to the\n"
-                 "embedding stay float.",
+                 "embedding stay float. A GGUF file (LLaMA, Mistral, Qwen2, GPT-2) carries the folder's tokenizer\n"
+                 "and runs in llama.cpp and in `accel run OUT.gguf`.",
       .run = run_quantize,
   };
 }

@@ -135,6 +135,11 @@ if(TARGET accel_cli)
   add_test(NAME cli_quantize
            COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_quantize.py $<TARGET_FILE:accel_cli>
                    ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_quantize)
+  # accel quantize IN OUT.gguf: each architecture's F32 / F16 / BF16 file runs with the folder's tokens,
+  # a folder's tokenizer travels into a Q8_0 file, usage and input errors (check_quantize_gguf.py).
+  add_test(NAME cli_quantize_gguf
+           COMMAND ${ACCEL_PYTHON3} ${cli_dir}/check_quantize_gguf.py $<TARGET_FILE:accel_cli>
+                   ${PROJECT_SOURCE_DIR}/tests/data/models ${CMAKE_CURRENT_BINARY_DIR}/cli_quantize_gguf)
   # mpirun -np 2 and 3 accel run: the model split across processes, each within its budget, the
   # single-process tokens (check_split_run.py). Labelled mpi with the dist tests.
   find_program(ACCEL_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})

@@ -368,3 +368,38 @@ TEST_CASE("GGUF keys and tensor names the spec forbids are refused, with their b
   w.add("general.name", gguf_string("x"));
   w.add_tensor(std::string(64, 'n'), Tensor::zeros({2}));
 }
+
+TEST_CASE("GgufWriter tensor sources: bytes made while writing, checked, and no file when one fails", "[io][gguf]") {
+  accel_test::TempDir tmp;
+  const std::string path = tmp.file("src.gguf");
+  const Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, Shape{2, 2});
+  int made = 0;
+  {
+    GgufWriter w;
+    w.add("general.architecture", gguf_string("llama"));
+    w.add_tensor_source("a", GgmlType::f32, {2, 2}, [&] {
+      ++made;
+      return std::string(static_cast<const char*>(a.data_ptr()), a.nbytes());
+    });
+    CHECK(made == 0);  // nothing is made before save()
+    CHECK_THROWS_AS(w.add_tensor_source("a", GgmlType::f32, {2, 2}, [] { return std::string(); }), ValueError);
+    w.save(path);
+    CHECK(made == 1);
+    const auto f = GgufFile::open(path);
+    CHECK(f.tensor("a").to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  }
+  {
+    GgufWriter w;
+    w.add_tensor_source("short", GgmlType::f32, {4}, [] { return std::string(8, '\0'); });
+    CHECK_THROWS_WITH(w.save(tmp.file("short.gguf")),
+                      Catch::Contains("'short'") && Catch::Contains("needs 16 bytes, got 8"));
+    CHECK_FALSE(std::filesystem::exists(tmp.file("short.gguf")));
+  }
+  {
+    GgufWriter w;
+    w.add_tensor("first", a);
+    w.add_tensor_source("fails", GgmlType::f32, {4}, []() -> std::string { throw IOError("the source is gone"); });
+    CHECK_THROWS_AS(w.save(tmp.file("fails.gguf")), IOError);
+    CHECK_FALSE(std::filesystem::exists(tmp.file("fails.gguf")));
+  }
+}

@@ -2,7 +2,8 @@
 // (GgufQuantizer, GGUFLinear), ggml's reference quantizers and the integer dot-product kernels,
 // bitsandbytes' NF4 / FP4 / int8 (BnbQuantizer, Linear4bit, Linear8bitLt, load_and_quantize_model),
 // Quanto and TorchAO weight schemes (QuantoQuantizer, TorchAoQuantizer, AffineLinear), a quantizer
-// from any quantization_config, PipelineQuantizationConfig, and dequantize_tensor.
+// from any quantization_config, PipelineQuantizationConfig, dequantize_tensor, and a model folder
+// written as a GGUF file in llama.cpp's schemes (convert_to_gguf, GgufTypeRules).
 //
 // The layer's rooms, each including only the ones before it (tests/layering enforces it):
 //   formats/     codings and serialized forms: bitsandbytes' 4-bit and int8, the affine schemes,
@@ -12,7 +13,8 @@
 //   layers/      the modules computing on packed weights, over one CPU frame (cpu_linear.hpp) and
 //                one GPU frame (device_linear.hpp)
 //   quantizers/  dispatch::Quantizer backends, one file per scheme (bnb, quanto, torchao, gguf),
-//                the parts they share, and the registry (auto_quantizer, pipeline_config)
+//                the parts they share, the registry (auto_quantizer, pipeline_config), and the
+//                GGUF file writer (gguf_scheme, gguf_convert)
 #pragma once
 
 #include "accel/quant/config/bnb_config.hpp"
@@ -34,6 +36,8 @@
 #include "accel/quant/quantizers/auto_quantizer.hpp"
 #include "accel/quant/quantizers/bnb.hpp"
 #include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/gguf_convert.hpp"
+#include "accel/quant/quantizers/gguf_scheme.hpp"
 #include "accel/quant/quantizers/layer_swap.hpp"
 #include "accel/quant/quantizers/pipeline_config.hpp"
 #include "accel/quant/quantizers/quanto.hpp"

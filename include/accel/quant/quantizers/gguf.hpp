@@ -44,7 +44,8 @@ namespace accel::quant {
 /// Diffusers' GGUFQuantizationConfig: the dtype layers compute in (weights stay ggml blocks).
 struct GGUFQuantizationConfig {
   DType compute_dtype = DType::bf16;
-  /// Quantize a float checkpoint on load to this block type (Q8_0, Q4_0 or Q4_K); nullopt: the
+  /// Quantize a float checkpoint on load to this block type (one quant::can_quantize_to accepts:
+  /// Q8_0, Q4_0, Q4_K, Q6_K, IQ4_XS, ...); nullopt: the
   /// checkpoint is a GGUF file, read as stored.
   std::optional<GgmlType> quant_type = std::nullopt;
 
@@ -58,7 +59,7 @@ struct GGUFQuantizationConfig {
   void validate() const {
     if (quant_type && !can_quantize_to(*quant_type)) {
       throw ValueError("GGUFQuantizationConfig: quant_type " + std::string(io::ggml_type_name(*quant_type)) +
-                       " cannot be quantized to here; allowed: Q8_0, Q4_0, Q4_K");
+                       " cannot be quantized to here; allowed: " + quantizable_type_names());
     }
   }
   /// Reads to_json's form; ValueError naming what is wrong.
@@ -75,7 +76,7 @@ struct GGUFQuantizationConfig {
     if (j.contains("quant_type") && !j.at("quant_type").is_null()) {
       const auto& t = j.at("quant_type");
       const auto type = t.is_string() ? io::ggml_type_from_string(t.get<std::string>()) : std::nullopt;
-      if (!type) throw ValueError("GGUFQuantizationConfig: quant_type must name a ggml type (Q8_0, Q4_0, Q4_K), got " + t.dump());
+      if (!type) throw ValueError("GGUFQuantizationConfig: quant_type must name a ggml type (" + quantizable_type_names() + "), got " + t.dump());
       c.quant_type = *type;
     }
     c.validate();
