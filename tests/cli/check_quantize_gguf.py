@@ -5,7 +5,7 @@ Usage: check_quantize_gguf.py ACCEL MODELS_DIR WORK_DIR
 
 - For tiny_llama, tiny_llama_tied_headdim, tiny_qwen2, tiny_mistral and tiny_gpt2: the F32 file runs
   in `accel run` with the greedy tokens transformers gave (reference.json; Mistral's 4-token window
-  has no GGUF key, so its file is checked on a prompt within the window); F16 and BF16 files give
+  has no GGUF key, so its file is checked on one token after a prompt within the window); F16 and BF16 files give
   the same tokens; `--json` reports the scheme, architecture, types and sizes, and the file's own
   header says general.file_type and general.quantization_version.
 - A folder with a tokenizer (the default model at its tiny test shape) as Q8_0: the file carries the
@@ -83,9 +83,10 @@ def gguf_metadata(path):
     return out
 
 
-def reference_run(binary, model, ref, n_prompt=None):
-    ids = ref["prompt_ids"] if n_prompt is None else ref["prompt_ids"][:n_prompt]
-    n = len(ref["greedy_new_tokens"])
+def reference_run(binary, model, ref, window=None):
+    """Greedy tokens of `model` on the reference prompt; within `window` positions when one is given."""
+    ids = ref["prompt_ids"] if window is None else ref["prompt_ids"][:window - 1]
+    n = len(ref["greedy_new_tokens"]) if window is None else 1
     out = as_json(accel(binary, "run", model, "--ids", ",".join(map(str, ids)), "--max-new-tokens", n, "--json"),
                   f"accel run {model}")
     return out.get("generated_ids")
