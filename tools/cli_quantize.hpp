@@ -223,45 +223,26 @@ inline QuantizeResult compute_quantize(const QuantizeRequest& r) {
   return q;
 }
 
-/// The GGUF output's summary: JSON, or one line.
-inline void render_quantize_gguf(const QuantizeRequest& r, const QuantizeResult& q) {
-  const auto& g = *q.gguf;
-  if (r.json) {
-    nlohmann::ordered_json j;
-    j["in"] = r.in.string();
-    j["out"] = r.out.string();
-    j["scheme"] = r.scheme;
-    j["architecture"] = g.architecture;
-    j["tensors"] = g.tensors;
-    j["types"] = g.types;
-    j["tokenizer"] = g.tokenizer;
-    j["input_bytes"] = q.input_bytes;
-    j["output_bytes"] = q.output_bytes;
-    j["peak_bytes"] = q.peak_bytes;
-    j["seconds"] = q.seconds;
-    std::cout << dump_json(j, 2) << "\n";
-    return;
-  }
-  if (r.quiet) return;
-  std::string types;
-  for (const auto& [t, n] : g.types) types += (types.empty() ? "" : ", ") + t + " " + std::to_string(n);
-  std::cout << std::fixed << std::setprecision(2) << g.architecture << ": " << g.tensors << " tensors as " << r.scheme
-            << " (" << types << ")" << (g.tokenizer ? ", with its tokenizer" : ", no tokenizer.json") << ", "
-            << human_bytes(q.input_bytes) << " -> " << human_bytes(q.output_bytes) << " in " << r.out.string() << " ("
-            << q.seconds << " s, CPU peak " << human_bytes(q.peak_bytes) << ")\n";
-}
-
+/// The summary: one JSON object (--json), one line, or nothing (--quiet). The two outputs share
+/// the paths, scheme, sizes and time; each adds what it holds.
 inline void render_quantize(const QuantizeRequest& r, const QuantizeResult& q) {
-  if (q.gguf) return render_quantize_gguf(r, q);
+  if (r.quiet) return;
   if (r.json) {
     nlohmann::ordered_json j;
     j["in"] = r.in.string();
     j["out"] = r.out.string();
     j["scheme"] = r.scheme;
-    j["double_quant"] = r.double_quant;
-    j["model_type"] = q.model_type;
-    j["dtype"] = std::string(dtype_name(q.dtype));
-    j["layers_quantized"] = q.swapped;
+    if (q.gguf) {
+      j["architecture"] = q.gguf->architecture;
+      j["tensors"] = q.gguf->tensors;
+      j["types"] = q.gguf->types;
+      j["tokenizer"] = q.gguf->tokenizer;
+    } else {
+      j["double_quant"] = r.double_quant;
+      j["model_type"] = q.model_type;
+      j["dtype"] = std::string(dtype_name(q.dtype));
+      j["layers_quantized"] = q.swapped;
+    }
     j["input_bytes"] = q.input_bytes;
     j["output_bytes"] = q.output_bytes;
     j["peak_bytes"] = q.peak_bytes;
@@ -269,11 +250,18 @@ inline void render_quantize(const QuantizeRequest& r, const QuantizeResult& q) {
     std::cout << dump_json(j, 2) << "\n";
     return;
   }
-  if (r.quiet) return;
-  std::cout << std::fixed << std::setprecision(2) << q.model_type << " (" << dtype_name(q.dtype) << "): " << q.swapped
-            << " layers quantized as " << r.scheme << (r.double_quant ? " with double quantization" : "") << ", "
-            << human_bytes(q.input_bytes) << " -> " << human_bytes(q.output_bytes) << " in " << r.out.string() << " ("
-            << q.seconds << " s, CPU peak " << human_bytes(q.peak_bytes) << ")\n";
+  std::cout << std::fixed << std::setprecision(2);
+  if (q.gguf) {
+    std::string types;
+    for (const auto& [t, n] : q.gguf->types) types += (types.empty() ? "" : ", ") + t + " " + std::to_string(n);
+    std::cout << q.gguf->architecture << ": " << q.gguf->tensors << " tensors as " << r.scheme << " (" << types << ")"
+              << (q.gguf->tokenizer ? ", with its tokenizer" : ", no tokenizer.json");
+  } else {
+    std::cout << q.model_type << " (" << dtype_name(q.dtype) << "): " << q.swapped << " layers quantized as " << r.scheme
+              << (r.double_quant ? " with double quantization" : "");
+  }
+  std::cout << ", " << human_bytes(q.input_bytes) << " -> " << human_bytes(q.output_bytes) << " in " << r.out.string()
+            << " (" << q.seconds << " s, CPU peak " << human_bytes(q.peak_bytes) << ")\n";
 }
 
 inline int run_quantize(const ParsedArgs& args) {

@@ -28,27 +28,7 @@ import struct
 import shutil
 import subprocess
 import sys
-
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what)
-
-
-def accel(binary, *args):
-    return subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=120)
-
-
-def as_json(proc, what):
-    check(proc.returncode == 0, f"{what}: exit {proc.returncode}: {proc.stderr.strip()}")
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        check(False, f"{what}: stdout is not JSON: {proc.stdout[:200]!r}")
-        return {}
+from cli_checks import FAILURES, check, accel, as_json
 
 
 def header(path):
@@ -205,7 +185,7 @@ def main():
     none = accel(binary, "run", models / "tiny_llama", "--ids", "3,1", "--max-new-tokens", 2, "--quantize", "q4_k", "--json")
     check(none.returncode == 0 and "runs unquantized" in none.stderr and json.loads(none.stdout or "{}").get(
         "quantization", {}).get("layers") == 0, f"q4_k without 256-wide rows: {none.returncode} {none.stderr.strip()}")
-    bad = accel(binary, "run", models / "tiny_llama", "--ids", "1", "--quantize", "q5_k")
+    bad = accel(binary, "run", models / "tiny_llama", "--ids", "1", "--quantize", "q3_k")
     check(bad.returncode == 2 and "q4_k" in bad.stderr and "int4-g128" in bad.stderr, f"unknown --quantize: {bad.stderr.strip()}")
     bad = accel(binary, "run", models / "tiny_llama", "--ids", "1", "--quantize", "q8_0", "--double-quant")
     check(bad.returncode == 2 and "double-quant" in bad.stderr, f"q8_0 --double-quant: {bad.stderr.strip()}")

@@ -22,27 +22,7 @@ import shutil
 import struct
 import subprocess
 import sys
-
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what)
-
-
-def accel(binary, *args, env=None):
-    return subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
-
-
-def as_json(proc, what):
-    check(proc.returncode == 0, f"{what}: exit {proc.returncode}: {proc.stderr.strip()}")
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        check(False, f"{what}: stdout is not JSON: {proc.stdout[:200]!r}")
-        return {}
+from cli_checks import FAILURES, check, accel, as_json
 
 
 def gguf_metadata(path):

@@ -22,28 +22,11 @@ import pathlib
 import shutil
 import subprocess
 import sys
-
-FAILURES = []
-
+from cli_checks import FAILURES, check, as_json
 
 def run(accel, *args, env=None):
     return subprocess.run([accel, "run", *map(str, args)], capture_output=True, text=True, timeout=120,
                           env=None if env is None else {**os.environ, **env})
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what)
-
-
-def as_json(proc, what):
-    check(proc.returncode == 0, f"{what}: exit {proc.returncode}: {proc.stderr.strip()}")
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        check(False, f"{what}: stdout is not JSON: {proc.stdout[:200]!r}")
-        return {}
 
 
 def reference(accel, models):
