@@ -255,7 +255,9 @@ inline void render_quantize(const QuantizeRequest& r, const QuantizeResult& q) {
     std::string types;
     for (const auto& [t, n] : q.gguf->types) types += (types.empty() ? "" : ", ") + t + " " + std::to_string(n);
     std::cout << q.gguf->architecture << ": " << q.gguf->tensors << " tensors as " << r.scheme << " (" << types << ")"
-              << (q.gguf->tokenizer ? ", with its tokenizer" : ", no tokenizer.json");
+              << (q.gguf->tokenizer ? ", with its tokenizer"
+                                    : ", no tokenizer.json (llama.cpp loads only files with a tokenizer; "
+                                      "`accel run FILE --ids ...` runs it)");
   } else {
     std::cout << q.model_type << " (" << dtype_name(q.dtype) << "): " << q.swapped << " layers quantized as " << r.scheme
               << (r.double_quant ? " with double quantization" : "");

@@ -6,7 +6,7 @@
 // The file holds the architecture's metadata and tensor names and layouts (io/gguf_write.hpp:
 // LLaMA's and Mistral's q / k rows permuted for llama.cpp's rope, GPT-2's Conv1D weights
 // transposed), the folder's tokenizer (io/gguf_tokenizer.hpp: tokenizer.json and
-// tokenizer_config.json; without one, tokenizer.ggml.model "none"), general.file_type (the scheme's llama_ftype) and
+// tokenizer_config.json), general.file_type (the scheme's llama_ftype) and
 // general.quantization_version 2. Each tensor's type is llama-quantize's choice
 // (quant/quantizers/gguf_scheme.hpp); quantized blocks come from ggml's reference quantizers
 // (quant/formats/ggml_quantize.hpp), so an F32 file and llama-quantize make the same bytes as this
@@ -20,6 +20,8 @@
 // Differences from llama.cpp's tools: no importance matrix; quantized schemes read the
 // checkpoint's own values (llama.cpp quantizes the converter's f16 output, rounded once more);
 // tensors the converter would add (LLaMA-3's rope_freqs) are not, so such rope scaling is refused.
+// A folder without tokenizer.json gives a file without tokenizer keys: accel runs it on token ids,
+// llama.cpp refuses it (its vocabulary sizes the embedding; its converter refuses such a folder).
 // As in llama.cpp, Mistral is written as "llama" without its sliding window: a prompt longer than
 // the window attends to all of it.
 #pragma once
@@ -210,10 +212,6 @@ inline GgufConvertResult convert_to_gguf(const std::filesystem::path& folder, co
                                         (folder / "tokenizer.json").string(),
                                         config.value("vocab_size", std::size_t{0}));
     result.tokenizer = true;
-  } else {
-    // llama.cpp requires the key; "none" loads a model without a vocabulary, as its converter
-    // writes for one.
-    extra.emplace_back("tokenizer.ggml.model", io::gguf_string("none"));
   }
   extra.emplace_back("general.file_type", io::gguf_u32(scheme.file_type));
   extra.emplace_back("general.quantization_version", io::gguf_u32(2));
