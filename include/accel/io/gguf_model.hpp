@@ -62,6 +62,9 @@ struct GgufArchitecture {
   std::string_view model_type;  ///< config.json's model_type
   std::string_view hf_class;    ///< config.json's architectures[0]
   std::vector<GgufNameRule> rules;
+  /// llama.cpp requires output.weight even when the head is tied: the writer stores this HF
+  /// tensor (the embedding) there too, as llama.cpp's converter does. Empty: a tied head is omitted.
+  std::string_view tied_output_from = {};
 };
 
 namespace detail {
@@ -115,7 +118,8 @@ inline const std::vector<GgufArchitecture>& gguf_architectures() {
         {"blk.{}.ffn_up.weight", "transformer.h.{}.mlp.c_fc.weight", GgufLayout::transposed},
         {"blk.{}.ffn_up.bias", "transformer.h.{}.mlp.c_fc.bias"},
         {"blk.{}.ffn_down.weight", "transformer.h.{}.mlp.c_proj.weight", GgufLayout::transposed},
-        {"blk.{}.ffn_down.bias", "transformer.h.{}.mlp.c_proj.bias"}}},
+        {"blk.{}.ffn_down.bias", "transformer.h.{}.mlp.c_proj.bias"}},
+       "transformer.wte.weight"},
   };
   return table;
 }

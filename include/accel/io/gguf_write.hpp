@@ -320,6 +320,13 @@ inline std::optional<GgufTensorTarget> gguf_tensor_target(const GgufArchitecture
                           found->first->kv_heads};
 }
 
+/// Whether HF tensor `hf` is also written as output.weight: the embedding of a tied head where
+/// the architecture requires the head (GgufArchitecture::tied_output_from: GPT-2).
+inline bool gguf_writes_tied_output(const GgufArchitecture& arch, const nlohmann::json& config, std::string_view hf) {
+  return !arch.tied_output_from.empty() && hf == arch.tied_output_from &&
+         config.value("tie_word_embeddings", arch.name == "gpt2");
+}
+
 /// HF tensor `t` (named `hf`, for errors) laid out as `target` stores it, on the CPU.
 inline Tensor to_gguf_layout(const GgufTensorTarget& target, const nlohmann::json& config, const Tensor& t,
                              const std::string& hf) {
@@ -337,7 +344,8 @@ inline Tensor to_gguf_layout(const GgufTensorTarget& target, const nlohmann::jso
 
 /// Writes an HF LLaMA, Mistral, Qwen2 or GPT-2 model (its config.json as JSON, its tensors by HF
 /// name) as a GGUF model file that GgufCheckpoint reads back as the same model. Floating tensors
-/// keep their dtype (f32, f16, bf16); tensors gguf_tensor_target does not place are skipped.
+/// keep their dtype (f32, f16, bf16); tensors gguf_tensor_target does not place are skipped, and
+/// GPT-2's tied head is written as output.weight too (gguf_writes_tied_output).
 /// `extra` metadata (a tokenizer's, io/gguf_tokenizer.hpp) is written after the architecture's;
 /// its bos / eos ids take the place of config.json's. quant/formats/gguf_export.hpp writes a
 /// model folder in a chosen scheme (f16, q4_k_m, ...) as llama.cpp's tools do.
@@ -349,6 +357,7 @@ inline void save_gguf_model(const std::string& path, const nlohmann::json& confi
   for (auto& [k, v] : gguf_model_metadata(config, extra)) w.add(std::move(k), std::move(v));
   for (const auto& [hf, t] : tensors) {
     if (const auto target = gguf_tensor_target(arch, config, hf)) w.add_tensor(target->name, to_gguf_layout(*target, config, t, hf));
+    if (gguf_writes_tied_output(arch, config, hf)) w.add_tensor("output.weight", t.to(Device::cpu()));
   }
   w.save(path);
 }

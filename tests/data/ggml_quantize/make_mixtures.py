@@ -4,9 +4,9 @@
 Usage: PYTHONPATH=<llama.cpp>/gguf-py python3 make_mixtures.py LLAMA_QUANTIZE OUT.json
 
 For a few synthetic models (random float32 weights in the tensor order llama.cpp's converter
-writes: HF names sorted; shapes that exercise the rules: 16 layers for the layer-dependent raises,
-four query heads per key head, a head tied to the embedding, GPT-2's fused attn_qkv, rows that do
-not fill 256-blocks), each written as an F32 GGUF file with gguf-py, runs `llama-quantize IN OUT
+writes: HF names sorted, GPT-2's embedding again as output.weight; shapes that exercise the rules:
+16 layers for the layer-dependent raises, four query heads per key head, a LLaMA head tied to the
+embedding, GPT-2's fused attn_qkv, rows that do not fill 256-blocks), each written as an F32 GGUF file with gguf-py, runs `llama-quantize IN OUT
 TYPE 1` for each quantized scheme and records every tensor's name, dims (GGUF order) and type.
 tests/quant/test_gguf_convert.cpp feeds the same names and dims to GgufTypeRules.
 """
@@ -33,7 +33,7 @@ MODELS = {
     "llama16_gqa4": ("llama", 16, 256, 4, 1, 512, 300, False),
     "llama8_tied": ("llama", 8, 256, 4, 4, 256, 300, True),
     "llama4_narrow": ("llama", 4, 96, 4, 4, 160, 300, False),
-    "gpt2_8": ("gpt2", 8, 256, 4, 4, 1024, 300, True),
+    "gpt2_8": ("gpt2", 8, 256, 4, 4, 1024, 300, False),  # the converter writes GPT-2's tied head
 }
 
 
@@ -63,7 +63,10 @@ def hf_order(arch, layers, tied):
         names += [("transformer.ln_f.bias", "output_norm.bias"), ("transformer.ln_f.weight", "output_norm.weight"),
                   ("transformer.wpe.weight", "position_embd.weight"), ("transformer.wte.weight", "token_embd.weight")]
     names.sort(key=lambda p: p[0])
-    return [g for _, g in names]
+    order = [g for _, g in names]
+    if arch == "gpt2":  # the converter writes wte again as output.weight, right after it
+        order.insert(order.index("token_embd.weight") + 1, "output.weight")
+    return order
 
 
 def shape_of(g, arch, hidden, heads, kv, ffn, vocab):

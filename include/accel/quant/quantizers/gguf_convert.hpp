@@ -5,7 +5,7 @@
 //
 // The file holds the architecture's metadata and tensor names and layouts (io/gguf_write.hpp:
 // LLaMA's and Mistral's q / k rows permuted for llama.cpp's rope, GPT-2's Conv1D weights
-// transposed), the folder's tokenizer (io/gguf_tokenizer.hpp: tokenizer.json and
+// transposed, its tied head written as output.weight too, as llama.cpp requires), the folder's tokenizer (io/gguf_tokenizer.hpp: tokenizer.json and
 // tokenizer_config.json), general.file_type (the scheme's llama_ftype) and
 // general.quantization_version 2. Each tensor's type is llama-quantize's choice
 // (quant/quantizers/gguf_scheme.hpp); quantized blocks come from ggml's reference quantizers
@@ -163,7 +163,12 @@ inline std::vector<GgufConvertItem> gguf_convert_items(const std::filesystem::pa
       GgufConvertItem it{name, *target, {}, storage_nbytes(sd.second, static_cast<std::size_t>(shape.numel())),
                          [load, name] { return load(name); }};
       for (std::size_t d = shape.size(); d-- > 0;) it.ne.push_back(static_cast<std::uint64_t>(shape[d]));
-      items.push_back(std::move(it));
+      const bool tied_output = io::gguf_writes_tied_output(arch, config, name);
+      items.push_back(it);
+      if (tied_output) {
+        it.target = {"output.weight", io::GgufLayout::same, false};
+        items.push_back(std::move(it));
+      }
     }
   }
   return items;
