@@ -70,16 +70,6 @@ ACCEL_TARGET_AVX512_VNNI inline q4_0_group decode_q4_0_group(const std::byte* p)
           _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales))};
 }
 
-/// Prefetches `Lines` cache lines 4 KB past `p`: the next rows' weights, for the one-row kernels
-/// that stream a matrix from L3 or DRAM (Q4_K, 4096 x 14336, 2 threads, an Intel Xeon: 0.85 ->
-/// 0.70-0.81 ms; Q4_0, 2048 x 5632 streamed from DRAM, 2 threads, Zen 4: 23 -> 27 GB/s; Q8_0
-/// measured no faster and takes none).
-template <int Lines>
-ACCEL_TARGET_AVX512_VNNI inline void prefetch_ahead(const void* p) noexcept {
-#pragma GCC unroll 16
-  for (int line = 0; line < Lines; ++line) _mm_prefetch(static_cast<const char*>(p) + 4096 + 64 * line, _MM_HINT_T0);
-}
-
 /// One weight row against up to four activation rows, each weight block decoded once for all the
 /// activation rows (a small batch then costs one decode per block instead of one per row). Every
 /// activation row gets the same operations in the same order whatever R is, so each product comes

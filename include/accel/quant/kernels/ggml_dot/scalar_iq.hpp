@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "accel/core/simd_arch.hpp"
 #include "accel/io/ggml_blocks.hpp"
@@ -30,6 +31,22 @@ alignas(16) inline constexpr std::array<std::int8_t, 16> iq4nl_book = [] {
 inline int iq4_xs_scale(const std::uint8_t* scales_l, std::uint16_t scales_h, int ib) noexcept {
   const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
   return ls - 32;
+}
+
+/// The eight six-bit scales (0..63, not less 32) of an IQ4_XS block as the bytes of one word, sub-block
+/// i in byte i: the nibbles and the bit pairs spread a byte apart by shifts and masks (BMI2's PDEP
+/// would do it in one instruction, but it is microcoded and slow on AMD before Zen 3).
+inline std::uint64_t iq4_xs_scales(const std::uint8_t* scales_l, std::uint16_t scales_h) noexcept {
+  std::uint32_t l;
+  std::memcpy(&l, scales_l, 4);
+  std::uint64_t lo = l, hi = scales_h;
+  lo = (lo | (lo << 16)) & 0x0000FFFF0000FFFFull;
+  lo = (lo | (lo << 8)) & 0x00FF00FF00FF00FFull;
+  lo = (lo | (lo << 4)) & 0x0F0F0F0F0F0F0F0Full;
+  hi = (hi | (hi << 24)) & 0x000000FF000000FFull;
+  hi = (hi | (hi << 12)) & 0x000F000F000F000Full;
+  hi = (hi | (hi << 6)) & 0x0303030303030303ull;
+  return lo | (hi << 4);
 }
 
 /// The sum of a Q8_K block's 256 ints (its sixteen partial sums).
