@@ -1,5 +1,5 @@
 // Quantized GEMV (n = 1) and small GEMM (n = 16): quant::ggml_linear for Q8_0, Q4_0, Q4_K, Q6_K,
-// Q5_K, Q3_K, Q2_K, Q5_0, Q4_1 and Q5_1, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8
+// Q5_K, Q3_K, Q2_K, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS and TQ2_0, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8
 // (quant::matmul_8bit, LLM.int8 with threshold 6), and bf16 / f16 through ops::linear, for m =
 // 4096 outputs and k = 4096 and 14336, next to llama.cpp's own kernels measured in the same run
 // (test-backend-ops -o MUL_MAT -b CPU perf, when --test-backend-ops gives its path; llama.cpp has
@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, std::optional<GgmlType>>> types = {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
       {"q5_K", GgmlType::q5_k}, {"q3_K", GgmlType::q3_k}, {"q2_K", GgmlType::q2_k}, {"q5_0", GgmlType::q5_0},
-      {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1}, {"q4_0r", GgmlType::q4_0},
+      {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1}, {"iq4_nl", GgmlType::iq4_nl}, {"iq4_xs", GgmlType::iq4_xs},
+      {"tq2_0", GgmlType::tq2_0}, {"q4_0r", GgmlType::q4_0},
       {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt},
       {"bf16x32", std::nullopt}, {"f16x32", std::nullopt}};
   for (const int k : {4096, 14336}) {

@@ -4,7 +4,12 @@
 // saturate: the codes are at most 15 (Q4_0, Q4_1, Q4_K), 31 (Q5_0, Q5_1, Q5_K) or 63 (Q6_K), and
 // Q8_0 goes through the sign trick (|w| times x carrying w's sign), at most 128 x 127 per product.
 // The offsets (Q4_0's 8, Q5_0's 16, Q3_K's 4, Q6_K's 32) and the mins (Q4_1, Q5_1, the K types)
-// are taken out once per block through the activation's block sums. Q4_K and Q6_K are the one-row
+// are taken out once per block through the activation's block sums. Every one-row and multi-row
+// kernel prefetches its weights 4 KB ahead (detail::prefetch_ahead): decode streams each matrix
+// once from DRAM, and the hardware prefetchers alone kept too few lines in flight (2 threads,
+// 2048 x 135168 from DRAM, an Intel Xeon (Sapphire Rapids) capped at AVX2: Q8_0 12 -> 20-23 GB/s,
+// Q4_0 10-11 -> 18-19, Q4_K 10-12 -> 14-24, Q6_K 10-12 -> 19-23, Q5_K 6-11 -> 21, Q3_K 9-11 -> 18,
+// Q2_K 9-10 -> 14, Q4_1 / Q5_0 / Q5_1 8-11 -> 11-14). Q4_K and Q6_K are the one-row
 // case of the multi-row kernels (ggml_dot/avx2_rows.hpp), Q4_1, Q5_0 and Q5_1 of
 // detail::dot32_rows_avx2 below; Q2_K, Q3_K and Q5_K are in ggml_dot/avx2_k.hpp.
 #pragma once
@@ -93,6 +98,7 @@ template <GgmlType T, int R>
   for (; b + 2 <= blocks; b += 2) {
     const std::byte* p = w + b * sizeof(B);
     const std::byte* q = p + sizeof(B);
+    prefetch_ahead<1>(p);
     const __m256i u0 = codes32_avx2<T>(p), u1 = codes32_avx2<T>(q);
     const float dw0 = scale_at(p), dw1 = scale_at(q);
     float mw0 = 0, mw1 = 0;
@@ -151,6 +157,7 @@ ACCEL_TARGET_AVX2 inline float dot_q8_0(simd::requires_arch<simd::avx2>, std::si
   std::size_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
     const std::byte* p = w + b * bytes;
+    detail::prefetch_ahead<2>(p);
     const __m256i s0 = detail::q8_0_block_avx2(p, x, b), s1 = detail::q8_0_block_avx2(p + bytes, x, b + 1);
     acc0 = _mm256_fmadd_ps(_mm256_set1_ps(detail::scale_at(p) * x.q8_0_scales[b]), _mm256_cvtepi32_ps(s0), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_set1_ps(detail::scale_at(p + bytes) * x.q8_0_scales[b + 1]), _mm256_cvtepi32_ps(s1), acc1);
@@ -174,6 +181,7 @@ ACCEL_TARGET_AVX2 inline float dot_q4_0(simd::requires_arch<simd::avx2>, std::si
   std::size_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
     const std::byte* p = w + b * bytes;
+    detail::prefetch_ahead<1>(p);
     const __m256i s0 = detail::q4_0_block_avx2(p, x, b), s1 = detail::q4_0_block_avx2(p + bytes, x, b + 1);
     const float d0 = detail::scale_at(p) * x.q8_0_scales[b], d1 = detail::scale_at(p + bytes) * x.q8_0_scales[b + 1];
     offset += d0 * static_cast<float>(x.q8_0_sums[b]) + d1 * static_cast<float>(x.q8_0_sums[b + 1]);

@@ -77,6 +77,7 @@ template <int R>
   for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
+    prefetch_ahead<(sizeof(B) + 63) / 64>(blk);
     // Scale in the low nibble, min in the high one, per 16-element group.
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(B, scales)));
     const __m256i scales = scales_even_odd_avx2<false>(_mm_and_si128(s, low4));
@@ -124,6 +125,7 @@ template <int R>
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
+    prefetch_ahead<(sizeof(B) + 63) / 64>(blk);
     const __m128i s = q3_k_scales_avx2(blk + offsetof(B, scales));
     const __m256i scales = scales_even_odd_avx2<true>(s);
     const __m256i offset_scale = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(s)), 2);
@@ -171,6 +173,7 @@ template <int R>
   for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(B));
+    prefetch_ahead<(sizeof(B) + 63) / 64>(blk);
     std::uint8_t sc[8], mn[8];
     io::k4_scales_mins(blk + offsetof(B, scales), sc, mn);
     __m256i sumi[R];

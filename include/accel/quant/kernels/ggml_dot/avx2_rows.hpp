@@ -224,6 +224,7 @@ template <int R>
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (std::size_t b = 0; b < n / 256; ++b) {
     const std::byte* p = w + b * sizeof(io::block_q4_k);
+    prefetch_ahead<3>(p);
     const auto* blk = reinterpret_cast<const std::uint8_t*>(p);
     std::uint8_t sc[8], mn[8];
     io::k4_scales_mins(blk + 4, sc, mn);
@@ -273,6 +274,7 @@ template <int R>
   const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
   for (std::size_t b = 0; b < n / 256; ++b) {
     const auto* blk = reinterpret_cast<const std::uint8_t*>(w + b * sizeof(io::block_q6_k));
+    prefetch_ahead<4>(blk);
     const std::uint8_t* ql = blk;
     const std::uint8_t* qh = blk + 128;
     const auto* scales = reinterpret_cast<const std::int8_t*>(blk + 192);
