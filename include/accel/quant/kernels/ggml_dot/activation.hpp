@@ -133,8 +133,8 @@ namespace detail {
 /// in flight (AVX-512 Q4_K, 4096 x 14336, 2 threads, an Intel Xeon: 0.85 -> 0.70-0.81 ms; Q4_0,
 /// 2048 x 5632 streamed from DRAM, 2 threads, Zen 4: 23 -> 27 GB/s; AVX2 IQ4_XS, 2048 x 135168
 /// from DRAM, 2 threads, an Intel Xeon (Sapphire Rapids): 9-10 -> 13-17 GB/s, the other AVX2
-/// kernels as ggml_dot/avx2.hpp lists). The AVX-512 Q8_0 kernel measured no faster with it and
-/// takes none; the NEON kernels take none (ARM speed is not measured here).
+/// kernels as ggml_dot/avx2.hpp lists; AVX-512 Q8_0 on that Xeon 12-14 -> 20-23 GB/s, where Zen 4
+/// had measured it no faster). The NEON kernels take none (ARM speed is not measured here).
 template <int Lines>
 inline void prefetch_ahead(const void* p) noexcept {
 #pragma GCC unroll 16

@@ -120,6 +120,9 @@ template <int R, bool Q4>
   }
   for (; b < n / 32; ++b) {
     const std::byte* p = w + b * block;
+    // Q8_0's stream, 4 KB ahead: 12-14 -> 20-23 GB/s from DRAM on an Intel Xeon (Sapphire Rapids,
+    // 2 threads), where on Zen 4 it had measured no faster.
+    if constexpr (!Q4) prefetch_ahead<1>(p);
     std::uint16_t d;
     std::memcpy(&d, p, 2);
     const float dw = _cvtsh_ss(d);
