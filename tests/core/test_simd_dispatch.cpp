@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -67,4 +68,22 @@ TEST_CASE("ACCEL_CPU_ARCH caps the tiers, and a name that is no tier is a ValueE
     CHECK(rank(detail::convert_kernels().arch) <= rank(cap));
   }
   CHECK(rank(tier) < static_cast<std::ptrdiff_t>(std::size(simd::tier_names)));
+}
+
+TEST_CASE("cpu_is_intel reads the vendor the kernel reports") {
+  // /proc/cpuinfo's vendor_id is CPUID's vendor string as Linux read it.
+  std::ifstream info("/proc/cpuinfo");
+  std::string line, vendor;
+  while (vendor.empty() && std::getline(info, line)) {
+    if (line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+  }
+#if ACCEL_SIMD_X86
+  if (vendor.empty()) {
+    WARN("no vendor_id in /proc/cpuinfo: nothing to compare with");
+    return;
+  }
+  CHECK(simd::cpu_is_intel() == (vendor == "GenuineIntel"));
+#else
+  CHECK_FALSE(simd::cpu_is_intel());
+#endif
 }

@@ -7,6 +7,7 @@
 //   simd::x86_ladder, simd::arm_ladder, simd::ladder                 xsimd::arch_lists, best first
 //   simd::dispatch<List>(f)                                          f(best available tag of List)
 //   simd::tier_names, simd::active_tier()                            the tiers ACCEL_CPU_ARCH names; the one that runs
+//   simd::cpu_is_intel()                                             the vendor, for tuning choices that differ by it
 //
 // ACCEL_CPU_ARCH=scalar|avx2|avx512|avx512_vnni|avx512_bf16|neon|neon_dotprod caps the choice, as
 // ONEDNN_MAX_CPU_ISA caps oneDNN, so that one machine tests and measures every tier it has. On
@@ -272,5 +273,21 @@ inline std::string_view tier_of(const detail::cpu_features& f) noexcept {
 /// The highest tier the dispatch picks on this CPU under ACCEL_CPU_ARCH: what a benchmark or
 /// `accel run --json` reports as "cpu_tier".
 inline std::string_view active_tier() { return tier_of(detail::cpu()); }
+
+/// True on an Intel CPU (CPUID's vendor string "GenuineIntel"), read once. For the kernels whose
+/// software prefetch Intel's cores gain from and AMD's measured slower with: a tuning choice, not a
+/// feature (the code is the same ISA either way).
+inline bool cpu_is_intel() noexcept {
+#if ACCEL_SIMD_X86
+  static const bool intel = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;  // "Genu", "ineI", "ntel"
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
 
 }  // namespace accel::simd
