@@ -407,7 +407,7 @@ TEST_CASE("the 16-row kernels and ggml_linear's batched path give vec_dot's resu
   std::vector<const ActivationRow*> xs;
   std::vector<float> xf;
   for (std::size_t t = 0; t < acts.size(); ++t) xs.push_back(&acts[t]);
-  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0}) {
+  for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
     INFO(io::ggml_type_name(type));
     const std::size_t row_bytes = io::ggml_row_nbytes(type, n);
     const auto w = random_floats(m * n, 5, 1.0f);

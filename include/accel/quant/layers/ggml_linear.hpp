@@ -8,7 +8,8 @@
 // and runs the integer kernels: a Q4_0 weight the layer repacked when it was loaded
 // (BasicGgmlLinear::repack_for_cpu, quant/kernels/ggml_repack.hpp) by rows-in-lanes kernels off that
 // layout at any batch; for a batch of Q8_0 / Q4_0 rows in GGUF's layout sixteen weight rows at a
-// time (quant/kernels/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI), otherwise a weight row at a time
+// time (quant/kernels/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI; Q4_K / Q6_K on AVX-512 VNNI from
+// five rows), otherwise a weight row at a time
 // (vec_dot_rows: its blocks decoded once for up to four activation rows); every other block type
 // is dequantized a tile of rows at a time and multiplied in float32 by the GEMV kernels
 // (backend/cpu/gemv.hpp). Output rows are split across the CPU threads, each weight row read once
@@ -83,7 +84,11 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
     const float* xf = a.xs;
     if (has_quantized_dot(type)) {
       std::vector<ActivationRow> acts(rows);
-      for (std::size_t t = 0; t < rows; ++t) quantize_activation(type, xf + t * n, n, acts[t]);
+      // A prompt's rows quantized on every thread: done by one, a 64-row Q4_K prompt waited on it
+      // for a twentieth of its time.
+      parallel_for(rows, 1, [&](std::size_t b, std::size_t e) {
+        for (std::size_t t = b; t < e; ++t) quantize_activation(type, xf + t * n, n, acts[t]);
+      });
       std::vector<const ActivationRow*> xs(rows);
       for (std::size_t t = 0; t < rows; ++t) xs[t] = &acts[t];
       simd::dispatch<quant_ladder>([&](auto arch) {
@@ -91,7 +96,7 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
           repacked_dot(arch, type, n, m, static_cast<const std::byte*>(repacked.data_ptr()), xs.data(), rows, ys);
           return;
         }
-        if (rows >= dot_x16_min_activations && has_dot_x16(arch, type)) {
+        if (rows >= dot_x16_min_activations(type) && has_dot_x16(arch, type)) {
           // Sixteen weight rows a step (quant/kernels/ggml_dot_x16.hpp); the last m % 16 rows one at a time.
           constexpr std::size_t g = dot_x16_rows;
           const std::size_t groups = m / g, steps = groups + (m % g != 0);
