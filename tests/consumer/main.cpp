@@ -30,8 +30,8 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
   return std::sqrt(num / (den > 0 ? den : 1));
 }
 
-/// Q8_0 and Q4_0 weights times 12 activation rows (the multi-row kernels and, for Q4_0, the
-/// repacked ones at every tier this CPU runs) and a bf16 linear of 64 rows, each against the f32
+/// Q8_0 and Q4_0 weights times 12 activation rows (the multi-row kernels and the repacked ones at
+/// every tier this CPU runs) and a bf16 linear of 64 rows, each against the f32
 /// product of the values they stand for.
 int check_kernels() {
   using namespace accel;
@@ -52,7 +52,6 @@ int check_kernels() {
     std::printf("%s x %lld rows: relative error %.4f\n", std::string(io::ggml_type_name(type)).c_str(),
                 static_cast<long long>(rows), err);
     failures += err > 0.02;
-    if (type != GgmlType::q4_0) continue;
     const Tensor repacked = quant::repack_ggml(type, packed, n, m);
     std::vector<quant::ActivationRow> acts(static_cast<std::size_t>(rows));
     std::vector<const quant::ActivationRow*> xs;
@@ -67,7 +66,7 @@ int check_kernels() {
       quant::repacked_dot(arch, type, static_cast<std::size_t>(n), static_cast<std::size_t>(m),
                           static_cast<const std::byte*>(repacked.data_ptr()), xs.data(), xs.size(), out.data());
       const double e = rel_err(out, want);  // [activation row][weight row], as the linear's
-      std::printf("repacked q4_0 at %s: relative error %.4f\n", A::name(), e);
+      std::printf("repacked %s at %s: relative error %.4f\n", std::string(io::ggml_type_name(type)).c_str(), A::name(), e);
       failures += e > 0.02;
     });
   }

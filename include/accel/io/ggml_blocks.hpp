@@ -7,6 +7,8 @@
 //   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
 //   k4_scales_mins(scales, sc, mn)    all eight of each at once, four per 32-bit word
 //   iq4nl_value(i)                    IQ4_NL's / IQ4_XS's code book
+//   iq4_xs_scale(l, h, ib)            sub-block ib's six-bit scale of an IQ4_XS block
+//   iq4_xs_scales(l, h)               all eight at once, a byte each in one word
 //   load_le32(p)                      four bytes as a little-endian word (one load where it can be)
 //
 // Field order and widths are the file format: every struct is standard layout and unpadded, so
@@ -166,6 +168,29 @@ ACCEL_HOST_DEVICE inline std::uint32_t load_le32(const std::uint8_t* p) noexcept
 ACCEL_HOST_DEVICE constexpr std::int8_t iq4nl_value(unsigned i) noexcept {
   constexpr std::int8_t book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   return book[i & 15u];
+}
+
+/// The six-bit scale (0..63, the value being this less 32) of sub-block ib (0..7) of an IQ4_XS
+/// block: the low four bits in scales_l (two sub-blocks a byte), the high two in scales_h (two
+/// bits a sub-block).
+ACCEL_HOST_DEVICE inline int iq4_xs_scale(const std::uint8_t* scales_l, std::uint16_t scales_h, int ib) noexcept {
+  return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
+}
+
+/// iq4_xs_scale for ib = 0..7 at once, sub-block i in byte i of the word (for the CPU kernels): the
+/// nibbles and the bit pairs spread a byte apart by shifts and masks (BMI2's PDEP would do it in
+/// one instruction, but it is microcoded and slow on AMD before Zen 3).
+inline std::uint64_t iq4_xs_scales(const std::uint8_t* scales_l, std::uint16_t scales_h) noexcept {
+  std::uint32_t l;
+  std::memcpy(&l, scales_l, 4);
+  std::uint64_t lo = l, hi = scales_h;
+  lo = (lo | (lo << 16)) & 0x0000FFFF0000FFFFull;
+  lo = (lo | (lo << 8)) & 0x00FF00FF00FF00FFull;
+  lo = (lo | (lo << 4)) & 0x0F0F0F0F0F0F0F0Full;
+  hi = (hi | (hi << 24)) & 0x000000FF000000FFull;
+  hi = (hi | (hi << 12)) & 0x000F000F000F000Full;
+  hi = (hi | (hi << 6)) & 0x0303030303030303ull;
+  return lo | (hi << 4);
 }
 
 namespace detail {

@@ -206,8 +206,7 @@ ACCEL_HOST_DEVICE inline void dequantize_block(const block_iq4_xs& b, float* y) 
   const float d = f16_scale(b.d);
   const std::uint8_t* qs = b.qs;
   for (int ib = 0; ib < 8; ++ib) {
-    const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((b.scales_h >> (2 * ib)) & 3) << 4);
-    const float dl = d * static_cast<float>(ls - 32);
+    const float dl = d * static_cast<float>(iq4_xs_scale(b.scales_l, b.scales_h, ib) - 32);
     for (int j = 0; j < 16; ++j) {
       y[j] = dl * static_cast<float>(iq4nl_value(qs[j] & 0x0F));
       y[j + 16] = dl * static_cast<float>(iq4nl_value(qs[j] >> 4));

@@ -18,9 +18,9 @@
 // this one does not beat them, so ggml_linear takes it from two activation rows on
 // (dot_x16_min_activations), where it runs 1.5-2.5x faster (benchmarks/bench_quant_gemv.cpp).
 // These kernels read GGUF's layout, transposing each block's words across the rows in registers;
-// a Q4_0 weight kept in a mapped file is instead repacked once when it is loaded (llama.cpp does
+// a Q4_0 or Q8_0 weight kept in a mapped file is instead repacked once when it is loaded (llama.cpp does
 // the same), and its product reads the transposed words as they are stored (quant/kernels/ggml_repack.hpp:
-// load_x16_q4_0 here, load_x8_q4_0 in ggml_dot/avx2_rows.hpp).
+// load_x16_q4_0 / load_x16_q8_0 here, load_x8_q4_0 / load_x8_q8_0 in ggml_dot/avx2_rows.hpp).
 //
 // Q4_0 codes are unsigned nibbles (value - 8) and Q8_0 codes are stored here with their sign bit
 // flipped (value + 128), so both are VPDPBUSD's unsigned operand against the signed Q8_0
@@ -168,9 +168,23 @@ ACCEL_TARGET_AVX512_VNNI inline void load_x16_q4_0(const std::byte* lo, const st
   }
 }
 
+/// Block b of sixteen Q8_0 rows repacked: as load_x16_q4_0, the codes' sign bits flipped as
+/// decode_x16 flips them.
+ACCEL_TARGET_AVX512_VNNI inline void load_x16_q8_0(const std::byte* lo, const std::byte* hi, x16_block& k) noexcept {
+  k.dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1));
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + 16 + 32 * j))),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 16 + 32 * j)), 1);
+    k.q[j] = _mm512_xor_si512(v, sign);
+  }
+}
+
 /// Where dot_x16 gets block b of its sixteen rows: transposed from GGUF's layout as it is read
 /// (rows at w, w + row_bytes, ...), or from blocks transposed beforehand (pack_x16_q8_q4, or
-/// load_x16_q4_0 from repacked Q4_0).
+/// load_x16_q4_0 / load_x16_q8_0 from repacked Q4_0 / Q8_0).
 template <bool Q4>
 struct x16_transposed {
   const std::byte* w;

@@ -5,7 +5,7 @@
 //   gguf_linear_weight_shape(type, in, out)                 that packed shape
 //
 // The product quantizes each activation row once to the weight type's partner (quant/kernels/ggml_dot.hpp)
-// and runs the integer kernels: a Q4_0 weight the layer repacked when it was loaded
+// and runs the integer kernels: a Q4_0 or Q8_0 weight the layer repacked when it was loaded
 // (BasicGgmlLinear::repack_for_cpu, quant/kernels/ggml_repack.hpp) by rows-in-lanes kernels off that
 // layout at any batch; for a batch of Q8_0 / Q4_0 rows in GGUF's layout sixteen weight rows at a
 // time (quant/kernels/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI; Q4_K / Q6_K on AVX-512 VNNI from

@@ -161,7 +161,7 @@ class GgufQuantizer : public dispatch::QuantizerDefaults {
   }
 
   /// After loading: the GGUF layers whose weights stay in the mapped file on the CPU are repacked
-  /// for this CPU's kernels where it has them (GgmlLinear::repack_for_cpu; Q4_0 on x86).
+  /// for this CPU's kernels where it has them (GgmlLinear::repack_for_cpu; Q4_0 and Q8_0 on x86).
   void postprocess_model(nn::Module& model) {
     for (const auto& [name, m] : model.named_modules()) {
       if (auto* q = dynamic_cast<GgmlLinear*>(m)) q->repack_for_cpu();

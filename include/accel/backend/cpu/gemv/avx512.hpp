@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <cstring>
 #include <vector>
 
@@ -232,12 +233,12 @@ inline void gemv(simd::requires_arch<simd::avx512>, DType wd, const GemvProblem&
     // A decode's f16 rows from DRAM: prefetched 4 KB ahead on Intel (a Sapphire Rapids Xeon, 2048
     // x 135168, 2 threads: 14.8-17.2 -> 21.4-22.3 GB/s), left to the hardware prefetchers on AMD,
     // where the same prefetch made the bf16 rows 6-8% slower (Zen 4, gemv_bf16_block).
-    if (simd::cpu_is_intel()) {
-      if (narrow) return gemv_by_rows<avx512_blocks<avx512_f16_row, avx512_f16_row, true>>(p, gemv_narrowed_x(p, wd), 2);
-      return gemv_by_rows<avx512_blocks<avx512_f16_row, avx512_f32_row, true>>(gemv_f32_x(p, wd));
-    }
-    if (narrow) return gemv_by_rows<avx512_blocks<avx512_f16_row, avx512_f16_row>>(p, gemv_narrowed_x(p, wd), 2);
-    return gemv_by_rows<avx512_blocks<avx512_f16_row>>(gemv_f32_x(p, wd));
+    const auto rows = [&](auto prefetch) {
+      constexpr bool P = decltype(prefetch)::value;
+      if (narrow) return gemv_by_rows<avx512_blocks<avx512_f16_row, avx512_f16_row, P>>(p, gemv_narrowed_x(p, wd), 2);
+      return gemv_by_rows<avx512_blocks<avx512_f16_row, avx512_f32_row, P>>(gemv_f32_x(p, wd));
+    };
+    return simd::cpu_is_intel() ? rows(std::true_type{}) : rows(std::false_type{});
   }
   gemv_by_rows<avx512_blocks<avx512_f32_row>>(p);
 }
@@ -308,6 +309,36 @@ ACCEL_TARGET_AVX512_BF16 inline std::size_t gemv_bf16_rows4(const std::uint16_t*
   return j;
 }
 
+/// One bf16 activation row against weight rows [j0, j1), 128 elements a step in four
+/// accumulators; `Prefetch`: each row's stream gemv_prefetch_bytes ahead (four lines a step).
+template <bool Prefetch>
+ACCEL_TARGET_AVX512_BF16 inline void gemv_bf16_one(const std::uint16_t* xb, std::int64_t kfull, __mmask32 tail_mask,
+                                                   const std::byte* w, std::size_t row_bytes, std::size_t j,
+                                                   std::size_t j1, tile_store store, float* out) noexcept {
+  for (; j < j1; ++j) {
+    const auto* r = reinterpret_cast<const std::uint16_t*>(w + j * row_bytes);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    std::int64_t kk = 0;
+    for (; kk + 128 <= kfull; kk += 128) {
+      if constexpr (Prefetch) {
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(r + kk) + gemv_prefetch_bytes + 64 * l, _MM_HINT_T0);
+      }
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
+      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk + 32), (__m512bh)_mm512_loadu_si512(r + kk + 32));
+      a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(xb + kk + 64), (__m512bh)_mm512_loadu_si512(r + kk + 64));
+      a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(xb + kk + 96), (__m512bh)_mm512_loadu_si512(r + kk + 96));
+    }
+    for (; kk < kfull; kk += 32) {
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
+    }
+    if (tail_mask) {
+      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_maskz_loadu_epi16(tail_mask, r + kk));
+    }
+    store.one(out + j, j, _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))));
+  }
+}
+
 /// bf16 weights: rows [j0, j1) over k elements from w (a chunk of each row), against m <=
 /// gemv_max_rows x rows given as bf16 pairs `kpad` apart (zero padded past the row's end, so a
 /// tail step may read whole 32-element steps of x). `Chunk`: w is a chunk of k that every tile of
@@ -321,27 +352,12 @@ ACCEL_TARGET_AVX512_BF16 inline void gemv_bf16_block(const std::uint16_t* xb, st
   const auto tail_mask = static_cast<__mmask32>(k - kfull == 0 ? 0 : (std::uint64_t{1} << (k - kfull)) - 1);
   std::size_t j = j0;
   if (m == 1) {
-    // One activation row: the weights row after row, one sequential stream per thread, left to
-    // the hardware prefetchers. Prefetching 4 KB ahead, as the tiles below do, made 2048 x 5632
+    // One activation row: the weights row after row, one sequential stream per thread. On AMD left
+    // to the hardware prefetchers: prefetching 4 KB ahead, as the tiles below do, made 2048 x 5632
     // and 5632 x 2048 streamed from DRAM 6-8% slower on Zen 4 (39.2 against 42.2 GB/s, 2 threads).
-    for (; j < j1; ++j) {
-      const auto* r = reinterpret_cast<const std::uint16_t*>(w + j * row_bytes);
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      std::int64_t kk = 0;
-      for (; kk + 128 <= kfull; kk += 128) {
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk + 32), (__m512bh)_mm512_loadu_si512(r + kk + 32));
-        a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(xb + kk + 64), (__m512bh)_mm512_loadu_si512(r + kk + 64));
-        a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(xb + kk + 96), (__m512bh)_mm512_loadu_si512(r + kk + 96));
-      }
-      for (; kk < kfull; kk += 32) {
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_loadu_si512(r + kk));
-      }
-      if (tail_mask) {
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + kk), (__m512bh)_mm512_maskz_loadu_epi16(tail_mask, r + kk));
-      }
-      store.one(out + j, j, _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))));
-    }
+    // Intel's leave the stream below the DRAM's speed, as with the f16 rows (avx512_blocks).
+    if (!Chunk && simd::cpu_is_intel()) gemv_bf16_one<true>(xb, kfull, tail_mask, w, row_bytes, j0, j1, store, out);
+    else gemv_bf16_one<false>(xb, kfull, tail_mask, w, row_bytes, j0, j1, store, out);
     return;
   }
   switch (m) {

@@ -87,7 +87,7 @@ template <int R>
 /// Two sub-blocks a step: one 32-byte load holds both sub-blocks' codes, its low nibbles
 /// elements 0-15 of each (one per 128-bit lane) and its high nibbles 16-31, against the
 /// activation in that order (ActivationRow::q8_k_lanes); the eight scales are made in a word once
-/// per block (iq4_xs_scales) and each step picks its two by one VPSHUFB, so no scalar work is
+/// per block (io::iq4_xs_scales) and each step picks its two by one VPSHUFB, so no scalar work is
 /// left per sub-block. The values and scales are made once for the R rows; each row keeps one
 /// integer sum per block (VPMADDWD by the scales), scaled once.
 template <int R>
@@ -111,7 +111,7 @@ template <int R>
     std::uint16_t scales_h;
     std::memcpy(&scales_h, p + offsetof(io::block_iq4_xs, scales_h), 2);
     const auto* scales_l = reinterpret_cast<const std::uint8_t*>(p + offsetof(io::block_iq4_xs, scales_l));
-    const __m128i s8 = _mm_sub_epi8(_mm_cvtsi64_si128(static_cast<long long>(iq4_xs_scales(scales_l, scales_h))), _mm_set1_epi8(32));
+    const __m128i s8 = _mm_sub_epi8(_mm_cvtsi64_si128(static_cast<long long>(io::iq4_xs_scales(scales_l, scales_h))), _mm_set1_epi8(32));
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
     const std::byte* qs = p + offsetof(io::block_iq4_xs, qs);
     __m256i sumi[R];

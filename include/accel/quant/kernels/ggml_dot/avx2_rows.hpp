@@ -3,7 +3,7 @@
 //   dot_x8_avx2<R, Q4>(n, source, x, out, stride)  eight Q8_0 / Q4_0 weight rows in the lanes of
 //                                                 one register, R activation rows; the blocks from
 //                                                 GGUF's layout (x8_transposed), transposed before
-//                                                 (x8_expanded) or repacked Q4_0 (x8_repacked)
+//                                                 (x8_expanded) or repacked Q4_0 / Q8_0 (x8_repacked)
 //   dot_q4_k_rows_avx2<R>(n, w, x, out)                       one Q4_K weight row, R activation rows
 //   dot_q6_k_rows_avx2<R>(n, w, x, out)                       one Q6_K weight row, R activation rows
 //
@@ -163,9 +163,17 @@ ACCEL_TARGET_AVX2 inline void load_x8_q4_0(const std::byte* p, x8_block& k) noex
   }
 }
 
+/// Block b of eight Q8_0 rows as repack_ggml stores it: the eight scales, then eight words of the
+/// codes already transposed, each one load.
+ACCEL_TARGET_AVX2 inline void load_x8_q8_0(const std::byte* p, x8_block& k) noexcept {
+  k.dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) k.q[j] = load32_avx2(p + 16 + 32 * j);
+}
+
 /// Where dot_x8_avx2 gets block b of its eight rows: transposed from GGUF's layout as it is read
 /// (rows at w, w + row_bytes, ...), from blocks transposed beforehand (pack_x8_q8_q4_avx2), or
-/// from an eight-row group of repacked Q4_0 (one stream of n / 32 x 144 bytes).
+/// from an eight-row group of repacked Q4_0 or Q8_0 (one stream of n / 32 x 144 or 272 bytes).
 template <bool Q4>
 struct x8_transposed {
   const std::byte* w;
@@ -179,10 +187,16 @@ struct x8_expanded {
   const x8_block* blocks;
   const x8_block& operator()(std::size_t b, x8_block&) const noexcept { return blocks[b]; }
 };
+/// `Prefetch`: the group's stream 4 KB ahead (detail::prefetch_ahead, a block's 144 or 272 bytes
+/// a step), which ggml_repack.hpp's repacked_dot asks for on Intel CPUs.
+template <bool Q4, bool Prefetch = false>
 struct x8_repacked {
+  static constexpr std::size_t bytes = 8 * (Q4 ? sizeof(io::block_q4_0) : sizeof(io::block_q8_0));
   const std::byte* group;
   ACCEL_TARGET_AVX2 const x8_block& operator()(std::size_t b, x8_block& k) const noexcept {
-    load_x8_q4_0(group + 144 * b, k);
+    if constexpr (Prefetch) prefetch_ahead<(bytes + 63) / 64>(group + bytes * b);
+    if constexpr (Q4) load_x8_q4_0(group + bytes * b, k);
+    else load_x8_q8_0(group + bytes * b, k);
     return k;
   }
 };

@@ -63,7 +63,7 @@ template <class Dot>
       neon_iq4_values(book, p + offsetof(io::block_iq4_xs, qs) + 16 * ib, lo, hi);
       const std::int8_t* ax = a.qs + 32 * ib;
       const int32x4_t s = Dot::dot(Dot::dot(vdupq_n_s32(0), lo, neon_s8(ax)), hi, neon_s8(ax + 16));
-      sums = vmlaq_n_s32(sums, s, iq4_xs_scale(scales_l, scales_h, ib));
+      sums = vmlaq_n_s32(sums, s, io::iq4_xs_scale(scales_l, scales_h, ib) - 32);
     }
     acc += neon_scale_at(p + offsetof(io::block_iq4_xs, d)) * a.d * static_cast<float>(vaddvq_s32(sums));
   }

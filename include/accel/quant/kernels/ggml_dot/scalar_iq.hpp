@@ -26,29 +26,6 @@ alignas(16) inline constexpr std::array<std::int8_t, 16> iq4nl_book = [] {
   return book;
 }();
 
-/// The signed scale (-32..31) of sub-block ib (0..7) of an IQ4_XS block: six bits, the low four
-/// in scales_l (two per byte), the high two in scales_h (two per sub-block).
-inline int iq4_xs_scale(const std::uint8_t* scales_l, std::uint16_t scales_h, int ib) noexcept {
-  const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
-  return ls - 32;
-}
-
-/// The eight six-bit scales (0..63, not less 32) of an IQ4_XS block as the bytes of one word, sub-block
-/// i in byte i: the nibbles and the bit pairs spread a byte apart by shifts and masks (BMI2's PDEP
-/// would do it in one instruction, but it is microcoded and slow on AMD before Zen 3).
-inline std::uint64_t iq4_xs_scales(const std::uint8_t* scales_l, std::uint16_t scales_h) noexcept {
-  std::uint32_t l;
-  std::memcpy(&l, scales_l, 4);
-  std::uint64_t lo = l, hi = scales_h;
-  lo = (lo | (lo << 16)) & 0x0000FFFF0000FFFFull;
-  lo = (lo | (lo << 8)) & 0x00FF00FF00FF00FFull;
-  lo = (lo | (lo << 4)) & 0x0F0F0F0F0F0F0F0Full;
-  hi = (hi | (hi << 24)) & 0x000000FF000000FFull;
-  hi = (hi | (hi << 12)) & 0x000F000F000F000Full;
-  hi = (hi | (hi << 6)) & 0x0303030303030303ull;
-  return lo | (hi << 4);
-}
-
 /// The sum of a Q8_K block's 256 ints (its sixteen partial sums).
 inline int q8_k_block_sum(const io::block_q8_k& a) noexcept {
   int s = 0;
@@ -83,7 +60,7 @@ inline float dot_iq4_xs(simd::requires_arch<simd::scalar>, std::size_t n, const 
       const std::int8_t* ax = a.qs + 32 * ib;
       int s = 0;
       for (int j = 0; j < 16; ++j) s += detail::iq4nl_book[q[j] & 0x0F] * ax[j] + detail::iq4nl_book[q[j] >> 4] * ax[j + 16];
-      sumi += detail::iq4_xs_scale(blk.scales_l, blk.scales_h, ib) * s;
+      sumi += (io::iq4_xs_scale(blk.scales_l, blk.scales_h, ib) - 32) * s;
     }
     acc += io::f16_scale(blk.d) * a.d * static_cast<float>(sumi);
   }
