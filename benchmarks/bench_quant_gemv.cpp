@@ -8,8 +8,8 @@
 //   bench_quant_gemv [--reps N] [--test-backend-ops PATH] [--types q4_K,nf4,...] [--rounds R] [--tier T]
 //                    [--rows 1,16] [--cold] [--json]
 //
-// Rows beside the types: q4_0r (Q4_0 repacked as a GGUF layer loaded from a mapped file runs it,
-// quant/kernels/ggml_repack.hpp; compared with llama.cpp's q4_0 row), and f16x32 / bf16x32 (the same
+// Rows beside the types: q4_0r and q8_0r (Q4_0 / Q8_0 repacked as a GGUF layer loaded from a mapped file runs it,
+// quant/kernels/ggml_repack.hpp; compared with llama.cpp's row of the type), and f16x32 / bf16x32 (the same
 // activations widened to f32 through backend::cpu::gemv_rows without x_exact, which reads them in
 // f32: the f16 / bf16 rows go through ops::linear, which reads x narrowed to the weight's dtype). --rows: the activation rows per call (n). --cold: before each
 // timed call, 256 MiB are read through the caches, so the weights come from DRAM as they do when
@@ -203,13 +203,13 @@ int main(int argc, char** argv) {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
       {"q5_K", GgmlType::q5_k}, {"q3_K", GgmlType::q3_k}, {"q2_K", GgmlType::q2_k}, {"q5_0", GgmlType::q5_0},
       {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1}, {"iq4_nl", GgmlType::iq4_nl}, {"iq4_xs", GgmlType::iq4_xs},
-      {"tq2_0", GgmlType::tq2_0}, {"q4_0r", GgmlType::q4_0},
+      {"tq2_0", GgmlType::tq2_0}, {"q4_0r", GgmlType::q4_0}, {"q8_0r", GgmlType::q8_0},
       {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt},
       {"bf16x32", std::nullopt}, {"f16x32", std::nullopt}};
   for (const int k : {4096, 14336}) {
     for (const auto& [name, type] : types) {
       if (!a.only.empty() && a.only.find("," + name + ",") == std::string::npos) continue;
-      const bool repacked = name == "q4_0r";
+      const bool repacked = name.ends_with("r");
       if (repacked && !quant::cpu_has_repacked_kernels(*type)) continue;  // no repacked kernels at this tier
       const int m = 4096;
       std::normal_distribution<float> wd(0.0f, 0.02f);
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
     if (a.test_backend_ops.empty()) continue;
     const auto theirs = run_test_backend_ops(a.test_backend_ops);
     for (auto& r : rows) {
-      std::string t = r.type == "q4_0r" ? "q4_0" : r.type;  // the same product, from llama.cpp's layout
+      std::string t = r.type.ends_with("0r") ? r.type.substr(0, r.type.size() - 1) : r.type;  // the same product, from llama.cpp's layout
       std::transform(t.begin(), t.end(), t.begin(), ::tolower);
       if (const auto it = theirs.find({t, r.m, r.n, r.k}); it != theirs.end()) r.theirs.push_back(it->second);
     }
