@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 runs=${1:-1000000}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_safetensors_header fuzz_sharded_index fuzz_offload_index fuzz_torch_bin fuzz_torch_pickle fuzz_tokenizer_json fuzz_model_config fuzz_gguf fuzz_bnb_state)
+((${#targets[@]})) || targets=(fuzz_safetensors_header fuzz_sharded_index fuzz_offload_index fuzz_torch_bin fuzz_torch_pickle fuzz_tokenizer_json fuzz_model_config fuzz_gguf fuzz_gguf_roundtrip fuzz_bnb_state)
 [[ "$runs" =~ ^[0-9]+$ ]] || { echo "run-fuzz: RUNS must be a number, got '$runs'" >&2; exit 2; }
 
 ACCEL_FUZZ=1 "$root/scripts/install-deps.sh"
