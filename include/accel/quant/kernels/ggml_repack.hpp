@@ -20,8 +20,8 @@
 // it reads it; one row at a time spends most of a block on scalar work. From the repacked layout
 // one activation row (decoding) runs the rows-in-lanes kernels off one stream: 2048 x 5632 Q4_0
 // streamed from DRAM at 43.8 GB/s against 27.6 for the AVX2 one-row kernel and 35.0 for the VNNI
-// one (Zen 4, 2 threads, one process); a prompt expands the stored words without transposing. The copy replaces the GGUF bytes in memory rather than
-// adding to them: the GGUF layer keeps its weight (state dicts, offload and devices see GGUF's
+// one (Zen 4, 2 threads, one process); a prompt expands the stored words without transposing.
+// The copy replaces the GGUF bytes in memory rather than adding to them: the GGUF layer keeps its weight (state dicts, offload and devices see GGUF's
 // bytes), and the mapped pages the copy was made from are handed back (release_mapped_pages),
 // to be read from the file again only if something reads the weight itself.
 #pragma once
