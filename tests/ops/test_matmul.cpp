@@ -256,6 +256,44 @@ TEST_CASE("every GEMV tier this CPU runs matches a double reference for f32, f16
   CHECK(std::string(cpu::gemv_kernels().arch) == best);
 }
 
+TEST_CASE("a prompt on half-precision weights at every tier: blocks, chunks of k, one thread or two", "[ops][matmul][gemv]") {
+  // 21 rows: five tiles of four and one of one. n = 200 is several blocks of weight rows (which
+  // one thread takes in turn); k = 4200 is chunks of k with accumulation, 1029 two chunks with a
+  // tail of five, 300 one chunk with a tail.
+  namespace cpu = accel::backend::cpu;
+  const std::int64_t m = 21, n = 200;
+  const int threads = accel::num_threads();
+  for (const std::int64_t k : {300, 1029, 4200}) {
+    for (DType dt : {DType::f16, DType::bf16}) {
+      const Tensor w = random_tensor({n, k}, 95, dt), bias = random_tensor({n}, 96);
+      const Tensor x = random_tensor({m, k}, 97).to(dt).contiguous();
+      auto want = ref_matmul(values(x), transpose_values(values(w), n, k), 1, m, k, n);
+      const auto bv = values(bias);
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] += bv[i % n];
+      cpu::gemv_ladder::for_each([&](auto arch) {
+        using A = decltype(arch);
+        if (!A::supported() || !A::available()) return;
+        INFO(A::name() << " " << accel::dtype_name(dt) << " k = " << k);
+        Tensor one = Tensor::empty({m, n}, DType::f32), two = Tensor::empty({m, n}, DType::f32);
+        for (Tensor* out : {&one, &two}) {
+          accel::set_num_threads(out == &one ? 1 : std::max(2, threads));
+          cpu::gemv_at_half(arch, x.data_ptr(), m, k, w.data_ptr(), dt, static_cast<std::size_t>(k) * 2, n,
+                            bias.data_ptr<float>(), out->data_ptr<float>());
+        }
+        accel::set_num_threads(threads);
+        const bool pairs = dt == DType::bf16 && std::is_base_of_v<accel::simd::avx512_bf16, A>;
+        require_close(one, want, pairs ? 2e-2 * std::sqrt(double(k)) / 8 : 1e-4, pairs ? 1e-2 : 1e-5);
+        require_close(two, want, pairs ? 2e-2 * std::sqrt(double(k)) / 8 : 1e-4, pairs ? 1e-2 : 1e-5);
+        // AVX2's prompt sums each output alike in any block; AVX-512 finishes four rows of a
+        // group together, and where the groups fall depends on the blocks.
+        if constexpr (std::is_same_v<A, accel::simd::avx2>) {
+          CHECK(std::memcmp(one.data_ptr(), two.data_ptr(), static_cast<std::size_t>(m * n) * 4) == 0);
+        }
+      });
+    }
+  }
+}
+
 TEST_CASE("linear on a bf16 weight with 1-17 rows (GEMV tiles of four up to 16, then oneDNN)", "[ops][matmul][linear]") {
   // 50 weight rows (two past the last group of four) of 300 columns (a masked last step).
   const Tensor w = random_tensor({50, 300}, 60, DType::bf16), b = random_tensor({50}, 61, DType::bf16);

@@ -47,11 +47,15 @@ namespace detail {
 
 /// Runs f(begin, end) over blocks of about `grain` rows of [0, n), handed out to the threads as
 /// they finish: two threads streaming from DRAM rarely get equal bandwidth, and a static split
-/// leaves the faster one waiting at the barrier.
+/// leaves the faster one waiting at the barrier. One thread (or a call from a parallel region)
+/// runs the blocks in turn: as one block of all n rows, a prompt's tiles each streamed the whole
+/// weight from DRAM instead of a block from L2 (64 rows of 2048 x 5632 f16 on one thread of a Zen
+/// 3: 45 GFLOPS, 60 in blocks).
 template <class F>
 void gemv_blocks(std::size_t n, std::size_t grain, F&& f) {
+  grain = std::max<std::size_t>(grain, 1);
+  const std::size_t blocks = (n + grain - 1) / grain;
 #if defined(_OPENMP)
-  const std::size_t blocks = (n + grain - 1) / std::max<std::size_t>(grain, 1);
   if (blocks > 1 && num_threads() > 1 && !omp_in_parallel()) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(blocks); ++i) {
@@ -61,7 +65,7 @@ void gemv_blocks(std::size_t n, std::size_t grain, F&& f) {
     return;
   }
 #endif
-  f(std::size_t{0}, n);
+  for (std::size_t i = 0; i < std::max<std::size_t>(blocks, 1); ++i) f(i * grain, std::min(n, (i + 1) * grain));
 }
 
 /// Weight rows per block of the split: about 256 KiB of weights (a multiple of `multiple` rows, the
