@@ -305,12 +305,19 @@ template <int R>
       v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 4), low4),
                              _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
     }
+    // The sixteen scales as 16-bit values, each 128-bit half of them in both halves of a register;
+    // scale[k] is group 2k's in the low half and 2k + 1's in the high one, one byte shuffle each
+    // (broadcasting each from memory took three operations).
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+    const __m256i s_lo = _mm256_permute2x128_si256(s16, s16, 0x00), s_hi = _mm256_permute2x128_si256(s16, s16, 0x11);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
-      scale[k] = _mm256_set_m128i(_mm_set1_epi16(scales[2 * k + 1]), _mm_set1_epi16(scales[2 * k]));
+      const int e = (2 * k) % 8;
+      const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (e + 1))),
+                                            _mm_set1_epi16(static_cast<short>(0x0100 + 0x0202 * e)));
+      scale[k] = _mm256_shuffle_epi8(k < 4 ? s_lo : s_hi, pick);
     }
-    const __m256i offset_scale =
-        _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))), _mm256_set1_epi16(-32));
+    const __m256i offset_scale = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-32));
     const float fd = scale_at(blk + 208);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
