@@ -89,17 +89,7 @@ ACCEL_TARGET_AVX2 inline void gemv_tile_avx2(const std::byte* x, std::int64_t k,
   }
   std::int64_t kk = 0;
   for (; kk + 8 * U <= k; kk += 8 * U) {
-    if constexpr (Prefetch) {
-      constexpr int lines = static_cast<int>((8 * U * W::bytes + 63) / 64);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-        for (int l = 0; l < lines; ++l) {
-          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + W::bytes * static_cast<std::size_t>(kk)) + avx2_prefetch_bytes + 64 * l,
-                       _MM_HINT_T0);
-        }
-      }
-    }
+    if constexpr (Prefetch) prefetch_rows(rows, W::bytes * static_cast<std::size_t>(kk), avx2_prefetch_bytes, 8 * U * W::bytes);
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       __m256 wv[R];

@@ -105,17 +105,7 @@ ACCEL_TARGET_AVX512 inline void gemv_tile_avx512(const std::byte* x, std::int64_
   const auto all = static_cast<__mmask16>(0xFFFF);
   std::int64_t kk = 0;
   for (; kk + 16 * U <= k; kk += 16 * U) {
-    if constexpr (Prefetch) {
-      constexpr int lines = static_cast<int>(16 * U * W::bytes / 64);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-        for (int l = 0; l < lines; ++l) {
-          _mm_prefetch(reinterpret_cast<const char*>(rows[r] + W::bytes * static_cast<std::size_t>(kk)) + gemv_prefetch_bytes + 64 * l,
-                       _MM_HINT_T0);
-        }
-      }
-    }
+    if constexpr (Prefetch) prefetch_rows(rows, W::bytes * static_cast<std::size_t>(kk), gemv_prefetch_bytes, 16 * U * W::bytes);
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       __m512 wv[R];

@@ -45,6 +45,18 @@ struct GemvProblem {
 
 namespace detail {
 
+/// Prefetches (into L1) `bytes` of each of the R weight rows, from `ahead` bytes past `at` on:
+/// what a decode tile streams next, where the hardware prefetcher alone falls short (the tiers'
+/// prefetch distances and which CPUs take them are in their rooms).
+template <int R>
+inline void prefetch_rows(const std::byte* const (&rows)[R], std::size_t at, std::ptrdiff_t ahead, std::size_t bytes) noexcept {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (std::size_t l = 0; l < bytes; l += 64) __builtin_prefetch(rows[r] + at + ahead + l, 0, 3);
+  }
+}
+
 /// Runs f(begin, end) over blocks of about `grain` rows of [0, n), handed out to the threads as
 /// they finish: two threads streaming from DRAM rarely get equal bandwidth, and a static split
 /// leaves the faster one waiting at the barrier. One thread (or a call from a parallel region)
