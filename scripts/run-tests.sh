@@ -7,6 +7,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 # Each layer's tests compile as one translation unit: a clean build in about half the time.
 extra=(-DACCEL_UNITY_TESTS=ON)
+# The benchmarks are compile-checked by the tests (tests/headers/check_compiles.py), not built:
+# ACCEL_BUILD_BENCHMARKS=ON builds them too; `cmake --build build --target bench_gemm` builds one.
+extra+=("-DACCEL_BUILD_BENCHMARKS=${ACCEL_BUILD_BENCHMARKS:-OFF}")
 if [[ "${1:-}" == "--sanitize" ]]; then
   export ACCEL_BUILD_DIR=${ACCEL_BUILD_DIR:-$root/build-asan}
   # -O0 with line tables: sanitizer reports keep file:line, and the build takes half the time of
