@@ -104,16 +104,12 @@ def main():
     if not entries:
         print(f"check_compiles: no unit of {a.commands} matches {a.patterns}", file=sys.stderr)
         return 1
-    first = entries[0]
-    compiler = front_end_command(first)[0]
+    compiler = front_end_command(entries[0])[0]
     compiler_id = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     known = load_manifest(a.manifest)
 
-    results = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futures = [pool.submit(check, e, known, source_dir, build_dir, compiler_id, a.all) for e in entries]
-        for f in futures:
-            results.append(f.result())
+        results = list(pool.map(lambda e: check(e, known, source_dir, build_dir, compiler_id, a.all), entries))
 
     failed = [r for r in results if not r[2]]
     for name, _, _, _, message in failed:

@@ -32,6 +32,6 @@ add_test(NAME compile_checks
                  --commands ${PROJECT_BINARY_DIR}/compile_commands.json
                  --source-dir ${PROJECT_SOURCE_DIR} --build-dir ${PROJECT_BINARY_DIR}
                  --manifest ${CMAKE_CURRENT_LIST_DIR}/compile_checks.sha256
-                 --write ${PROJECT_BINARY_DIR}/compile_checks.sha256 --jobs 2
+                 --write ${PROJECT_BINARY_DIR}/compile_checks.sha256
                  header_checks/ <source>/benchmarks/)
 set_tests_properties(compile_checks PROPERTIES TIMEOUT 3000)
