@@ -1,5 +1,5 @@
-// Sixteen weight rows at a time for Q8_0 and Q4_0 (Q4_K and Q6_K on AVX-512 VNNI:
-// quant/kernels/ggml_dot/avx512_k_x16.hpp): each 512-bit register holds one 4-byte group
+// Sixteen weight rows at a time for Q8_0 and Q4_0 (Q4_K and Q6_K: quant/kernels/ggml_dot/avx512_k_x16.hpp
+// on AVX-512 VNNI, ggml_dot/avx2_k_x8.hpp on AVX2): each 512-bit register holds one 4-byte group
 // of sixteen rows (lane i = row i), so one VPDPBUSD with the activation's matching 4 bytes
 // broadcast advances all sixteen dot products, and the blocks' scales are one vector. On AVX2 the
 // sixteen rows are two passes of eight in 256-bit registers (quant/kernels/ggml_dot/avx2_rows.hpp).
@@ -40,6 +40,7 @@
 #include "accel/io/ggml_blocks.hpp"
 #include "accel/io/ggml_types.hpp"
 #include "accel/quant/kernels/ggml_dot.hpp"
+#include "accel/quant/kernels/ggml_dot/avx2_k_x8.hpp"
 #include "accel/quant/kernels/ggml_dot/avx512_k_x16.hpp"
 
 #if ACCEL_SIMD_X86
@@ -66,7 +67,9 @@ constexpr bool has_dot_x16(const Arch&, GgmlType t) noexcept {
   if constexpr (std::is_base_of_v<simd::avx512_vnni, Arch>) {
     return t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k || t == GgmlType::q6_k;
   }
-  if constexpr (std::is_base_of_v<simd::avx2, Arch>) return t == GgmlType::q8_0 || t == GgmlType::q4_0;
+  if constexpr (std::is_base_of_v<simd::avx2, Arch>) {
+    return t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::q4_k || t == GgmlType::q6_k;
+  }
 #endif
   (void)t;
   return false;
@@ -270,6 +273,26 @@ void vec_dot_x16(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w
     }
   }
   if constexpr (std::is_base_of_v<simd::avx2, Arch>) {
+    if (t == GgmlType::q4_k || t == GgmlType::q6_k) {
+      // Two passes of eight rows (quant/kernels/ggml_dot/avx2_k_x8.hpp), each half's super-blocks
+      // unpacked once into this thread's buffer (n / 256 x 2.8 KB) for every pass.
+      constexpr int per_pass = 4;
+      thread_local std::vector<detail::k8_block> blocks;
+      if (blocks.size() < n / 256) blocks.resize(n / 256);
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::byte* half = w + 8 * h * row_bytes;
+        for (std::size_t b = 0; b < n / 256; ++b) {
+          if (t == GgmlType::q4_k) detail::pack_k8_q4_k(half, row_bytes, b, blocks[b]);
+          else detail::pack_k8_q6_k(half, row_bytes, b, blocks[b]);
+        }
+        detail::in_groups<per_pass>([&](auto r, const ActivationRow* const* xs, float* o) {
+          constexpr int R = decltype(r)::value;
+          if (t == GgmlType::q4_k) detail::dot_k8_avx2<R, 32>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+          else detail::dot_k8_avx2<R, 16>(n, blocks.data(), xs, o + 8 * h, dot_x16_rows);
+        }, x, count, out, dot_x16_rows);
+      }
+      return;
+    }
     if (has_dot_x16(arch, t)) {
       // Two passes of eight rows in the lanes of a 256-bit register (quant/kernels/ggml_dot/avx2_rows.hpp),
       // each half's blocks transposed once when the activation rows take more than one pass.

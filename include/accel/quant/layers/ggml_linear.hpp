@@ -8,8 +8,8 @@
 // and runs the integer kernels: a Q4_0 or Q8_0 weight the layer repacked when it was loaded
 // (BasicGgmlLinear::repack_for_cpu, quant/kernels/ggml_repack.hpp) by rows-in-lanes kernels off that
 // layout at any batch; for a batch of Q8_0 / Q4_0 rows in GGUF's layout sixteen weight rows at a
-// time (quant/kernels/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI; Q4_K / Q6_K on AVX-512 VNNI from
-// five rows), otherwise a weight row at a time
+// time (quant/kernels/ggml_dot_x16.hpp, on AVX2 and AVX-512 VNNI; Q4_K / Q6_K too, from five
+// rows), otherwise a weight row at a time
 // (vec_dot_rows: its blocks decoded once for up to four activation rows); every other block type
 // is dequantized a tile of rows at a time and multiplied in float32 by the GEMV kernels
 // (backend/cpu/gemv.hpp). Output rows are split across the CPU threads, each weight row read once
