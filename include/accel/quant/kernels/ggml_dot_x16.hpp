@@ -76,13 +76,7 @@ constexpr bool has_dot_x16(const Arch&, GgmlType t) noexcept {
 }
 
 #if ACCEL_SIMD_X86
-// GCC 12 warns that its own intrinsics' undefined pass-through operands are uninitialized once
-// they are inlined into a block held in memory (the register is never read).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+ACCEL_SIMD_QUIET_BEGIN  // core/simd_arch.hpp: GCC 12's false uninitialized warnings
 namespace detail {
 
 /// One block (32 elements) of sixteen Q8_0 / Q4_0 rows, rows in lanes: the sixteen scales and
@@ -219,9 +213,7 @@ ACCEL_TARGET_AVX512_VNNI inline void dot_x16(std::size_t n, Source source, const
 }
 
 }  // namespace detail
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+ACCEL_SIMD_QUIET_END
 #endif
 
 /// The 16 weight rows of type `t` at w, w + row_bytes, ... (n elements each) times `count`

@@ -21,13 +21,7 @@
 #if ACCEL_SIMD_X86
 #include <immintrin.h>
 
-// GCC 12's _mm512_reduce_add_ps starts from _mm256_undefined_pd(), which it then reports as used
-// uninitialized in target-attributed functions.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+ACCEL_SIMD_QUIET_BEGIN  // core/simd_arch.hpp: GCC 12's false uninitialized warnings
 
 namespace accel::backend::cpu::detail {
 
@@ -407,8 +401,6 @@ inline void gemv(simd::requires_arch<simd::avx512_bf16>, DType wd, const GemvPro
 
 }  // namespace accel::backend::cpu::detail
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+ACCEL_SIMD_QUIET_END
 
 #endif

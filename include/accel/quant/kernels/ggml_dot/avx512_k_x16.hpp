@@ -28,13 +28,7 @@
 #if ACCEL_SIMD_X86
 #include <immintrin.h>
 
-// GCC 12 warns that its own intrinsics' undefined pass-through operands are uninitialized once
-// they are inlined into a block held in memory (the register is never read).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+ACCEL_SIMD_QUIET_BEGIN  // core/simd_arch.hpp: GCC 12's false uninitialized warnings
 namespace accel::quant::detail {
 
 /// One super-block (256 elements) of sixteen Q4_K / Q6_K rows, rows in lanes. Aligned explicitly,
@@ -203,8 +197,6 @@ template <int R, int G>
 }
 
 }  // namespace accel::quant::detail
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+ACCEL_SIMD_QUIET_END
 
 #endif  // ACCEL_SIMD_X86

@@ -166,13 +166,7 @@ template <int R, bool Q4>
   for (int a = 0; a < R; ++a) out[a] = hsum(acc[a]) + hsum(acc4[a]);
 }
 
-// GCC 12 warns that its own intrinsics' undefined pass-through operands are uninitialized when
-// they are inlined into these loops (the register is never read).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+ACCEL_SIMD_QUIET_BEGIN  // core/simd_arch.hpp: GCC 12's false uninitialized warnings
 /// Four Q4_K super-blocks' first sixteen bytes (d, dmin, then the twelve bytes of six-bit scales
 /// and mins in io::k4_scales_mins' packing), one block per 128-bit lane, as per lane: the eight
 /// scales, then the eight mins.
@@ -339,9 +333,7 @@ template <int R>
   for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+ACCEL_SIMD_QUIET_END
 
 }  // namespace detail
 
