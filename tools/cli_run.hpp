@@ -74,18 +74,6 @@
 
 namespace accel::cli {
 
-namespace detail {
-
-/// The peak resident set of this process (VmHWM), in bytes; 0 when unreadable.
-inline double peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) * 1024.0;
-  }
-  return 0;
-}
-
 /// Runs f(), an error about the library's max_memory renamed for the option that set it.
 template <class F>
 decltype(auto) naming_max_memory_option(F&& f) {
@@ -97,8 +85,6 @@ decltype(auto) naming_max_memory_option(F&& f) {
     throw;
   }
 }
-
-}  // namespace detail
 
 /// Loads the model (and tokenizer), encodes the prompt and generates. `loaded` hears the result
 /// once the model is placed (placement and reservations filled), before generation starts.
@@ -151,7 +137,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
     whole.set("", *req.whole_on);
     o.device_map = std::move(whole);
   }
-  engine::LoadedModel m = detail::naming_max_memory_option([&] {
+  engine::LoadedModel m = naming_max_memory_option([&] {
     return split ? engine::from_pretrained(state, req.model_dir, o) : engine::from_pretrained(req.model_dir, o);
   });
   bar.finish();
@@ -210,7 +196,7 @@ inline RunResult compute_run(const RunRequest& req, const std::function<void(con
   for (int i = 0; i < cuda_device_count(); ++i) {
     peaks[std::to_string(i)] = static_cast<double>(memory_stats(Device::cuda(i)).peak_allocated_bytes);
   }
-  peaks["rss"] = detail::peak_rss_bytes();
+  peaks["rss"] = static_cast<double>(peak_resident_bytes());
   if (split) {
     // Every process's peaks, named by process; the disk bytes every process streamed.
     using Wire = std::vector<std::pair<std::string, double>>;

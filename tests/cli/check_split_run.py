@@ -8,7 +8,9 @@ Usage: check_split_run.py MPIRUN ACCEL MODELS_DIR WORK_DIR
     are the unrestricted single-process run's (--check);
   - a budget too small for the model: the rest goes to disk on the last process, same tokens;
   - sequential fills process 0 first;
-  then GPT-2 from a split-map file naming processes, and the usage errors.
+  then GPT-2 from a split-map file naming processes; the LLaMA quantized on load (bitsandbytes
+  nf4 and int8, GGUF q8_0, TorchAO int4) across 2 processes, each holding its own quantized blocks,
+  with the single-process quantized run's tokens; and the usage errors.
 """
 import json
 import os
@@ -89,6 +91,29 @@ def main():
     out = as_json(split_run(mpirun, 2, accel, gpt2, "--ids", ",".join(map(str, ref["prompt_ids"])), "--max-new-tokens",
                             len(expected), "--device-map", work / "gpt2_split.json", "--json"), "gpt2 split file")
     check(out.get("generated_ids") == expected, f"gpt2 split file: {out.get('generated_ids')} != {expected}")
+
+    # Quantized on load across processes: the same tokens as one process quantizing the same way,
+    # every process holding blocks, and together less than the float weights.
+    for scheme in ("nf4", "int8", "q8_0", "int4-g32"):
+        what = f"-np 2 --quantize {scheme}"
+        one = subprocess.run([accel, "run", str(folder), "--ids", ids, "--max-new-tokens", "10", "--quantize", scheme,
+                              "--json"], capture_output=True, text=True, timeout=240,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        single = as_json(one, f"--quantize {scheme} in one process")
+        budget = int(total * 0.35)
+        out = as_json(split_run(mpirun, 2, accel, folder, "--ids", ids, "--max-new-tokens", 10, "--quantize", scheme,
+                                "--max-memory", f"cpu={budget}", "--disable-mmap", "--json"), what)
+        check(out.get("processes") == 2, f"{what}: processes {out.get('processes')}")
+        check(out.get("generated_ids") == single.get("generated_ids"),
+              f"{what}: {out.get('generated_ids')} != one process's {single.get('generated_ids')}")
+        check(ranks_of(out) == {0, 1}, f"{what}: every process holds blocks: {out.get('split_map')}")
+        placed = out.get("placed_bytes", {})
+        check(not any(k.endswith(":disk") for k in placed), f"{what}: quantized, the model fits without disk: {placed}")
+        held = sum(v for k, v in placed.items() if k.endswith(":cpu"))
+        check(0 < held < 0.5 * total, f"{what}: {held} bytes held of {total} float")
+        for r in range(2):
+            peak = out.get("peak_bytes", {}).get(f"rank{r}:cpu", budget + 1)
+            check(peak <= budget, f"{what}: process {r} peak {peak} <= {budget}")
 
     bad = split_run(mpirun, 2, accel, gpt2, "--ids", "1,2", "--device-map", "balanced_low_0")
     check(bad.returncode == 2 and "balanced_low_0" in bad.stderr, f"balanced_low_0 across processes: {bad.stderr.strip()[-500:]}")

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -15,6 +16,12 @@
 #include "accel/dist/split_model.hpp"
 #include "accel/models/generate.hpp"
 #include "accel/plan/module_sizes.hpp"
+#include "accel/quant/quantizers/auto_quantizer.hpp"
+#include "accel/quant/quantizers/bnb.hpp"
+#include "accel/quant/quantizers/gguf.hpp"
+#include "accel/quant/quantizers/quanto.hpp"
+#include "accel/quant/quantizers/torchao.hpp"
+#include "../temp_dir.hpp"
 #include "dist_fixture.hpp"
 
 // Everything in a namespace of its own: the layer's tests compile as one translation unit, and
@@ -249,6 +256,109 @@ TEST_CASE("A planned split keeps each process within its budget", "[dist][split]
   CHECK(tokens == ref.tokens);
   const double peak = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes - before);
   CHECK(peak <= (weights + running).bytes());
+}
+
+namespace {
+
+/// A fresh quantizer of each kind the library has (they keep per-load state).
+std::vector<std::pair<std::string, std::function<dispatch::AnyQuantizer()>>> quantizers() {
+  return {
+      {"bitsandbytes nf4", [] { return quant::BnbQuantizer({.load_in_4bit = true, .bnb_4bit_quant_type = quant::BnbQuantType::nf4}); }},
+      {"bitsandbytes int8", [] { return quant::BnbQuantizer({.load_in_8bit = true}); }},
+      {"gguf q8_0", [] { return quant::GgufQuantizer({.quant_type = io::GgmlType::q8_0}); }},
+      {"quanto int8", [] { return quant::QuantoQuantizer({.weights_dtype = "int8"}); }},
+      {"torchao int8wo", [] { return quant::TorchAoQuantizer({.quant_type = "int8wo"}); }},
+  };
+}
+
+/// Layers of `model` computing on quantized weights (quant::count_quantized_layers), and how many
+/// of them hold their weight here.
+std::pair<std::size_t, std::size_t> quantized_layers(nn::Module& model) {
+  std::size_t here = 0;
+  for (const auto& [path, m] : model.named_modules()) {
+    // A quantized layer is a leaf: the one module its own count finds.
+    if (m->named_children().empty() && quant::count_quantized_layers(*m) == 1) {
+      const Tensor* w = m->find_parameter("weight");
+      here += w && !w->is_meta();
+    }
+  }
+  return {quant::count_quantized_layers(model), here};
+}
+
+}  // namespace
+
+TEST_CASE("A quantized model split across the processes computes the single-process tokens", "[dist][split][mpi][quant]") {
+  const int n = world(), me = rank();
+  const std::string name = "tiny_llama";
+  const std::vector<std::vector<std::string>> groups{{"model.embed_tokens"}, {"model.layers.0"}, {"model.layers.1"},
+                                                     {"model.norm"}, {"lm_head"}, {"model.rotary_emb"}};
+  dist::SplitDeviceMap sm;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    for (const auto& e : groups[i]) sm.set(e, {static_cast<int>(i) % n, Placement::cpu()});
+  }
+  for (const auto& [label, make] : quantizers()) {
+    INFO(label << " on " << n << " processes, this one " << me);
+    auto one = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false, .quantizer = make()});
+    const auto want = one.model->logits(prompt()).to(DType::f32).to_vector<float>();
+    const auto want_tokens = models::generate(*one.model, prompt(), {.max_new_tokens = 12, .ignore_eos = true}).new_tokens.front();
+    const auto [layers, held_by_one] = quantized_layers(one.model->module());
+    REQUIRE(layers > 0);
+    CHECK(held_by_one == layers);
+
+    auto m = dist::load_pretrained_split(state(), model_dir(name), {.show_progress = false, .quantizer = make()},
+                                         {.split_map = sm});
+    // The same layers are swapped on every process; each holds the quantized weights of its own
+    // blocks only, and all of them hold each layer once.
+    const auto [split_layers, held] = quantized_layers(m.model.model->module());
+    CHECK(split_layers == layers);
+    if (n > 1) CHECK(held < layers);
+    std::size_t all = 0;
+    for (std::size_t h : dist::gather_object(state(), std::vector<std::size_t>{held})) all += h;
+    CHECK(all == layers);
+    CHECK(m.model.model->logits(prompt()).to(DType::f32).to_vector<float>() == want);
+    CHECK(models::generate(*m.model.model, prompt(), {.max_new_tokens = 12, .ignore_eos = true}).new_tokens.front() ==
+          want_tokens);
+  }
+}
+
+TEST_CASE("A folder saved quantized splits across the processes, planned by its quantized sizes", "[dist][split][mpi][quant]") {
+  const int n = world();
+  const std::string name = "tiny_llama";
+  const quant::BitsAndBytesConfig nf4{.load_in_4bit = true, .bnb_4bit_quant_type = quant::BnbQuantType::nf4};
+  auto one = dispatch::load_pretrained_causal_lm(model_dir(name), {.show_progress = false, .quantizer = quant::BnbQuantizer(nf4)});
+  const auto want_tokens = models::generate(*one.model, prompt(), {.max_new_tokens = 12, .ignore_eos = true}).new_tokens.front();
+  accel_test::TempDir saved;  // one per process: each reads its own copy
+  quant::save_bnb_model(one.model->module(), one.config, saved.str(), nf4);
+  const auto quantizer = [&] { return quant::quantizer_from_config(dispatch::read_model_config(saved.path).at("quantization_config")); };
+  // What the planner will count: the swapped layers' packed bytes, not float weights.
+  double held_one = resident_bytes(one.model->module());
+  std::shared_ptr<models::CausalLM> meta;
+  {
+    auto guard = nn::init_empty_weights(false);
+    meta = models::causal_lm_from_hf_config(one.config);
+  }
+  const double float_bytes = plan::compute_module_sizes(meta->module())[""].bytes();
+  REQUIRE(held_one < 0.8 * float_bytes);
+  // Each process a little more than its share of the quantized weights: too little for a float
+  // split, enough for the quantized one.
+  const ByteSize weights(static_cast<std::int64_t>(held_one / n + 0.35 * held_one));
+  const ByteSize running(1 << 20);
+  // The quantizer keeps 10% of each budget free (Diffusers' headroom): the budget is sized so
+  // that what is left for the weights is still `weights`.
+  const ByteSize budget(static_cast<std::int64_t>(std::ceil((weights + running).bytes() / 0.9)) + 16);
+  dist::SplitLoadOptions so{.max_memory = plan::MaxMemory{{Placement::cpu(), budget}}};
+  so.plan.strategy = "sequential";
+  reset_peak_memory_stats(Device::cpu());
+  const std::size_t before = memory_stats(Device::cpu()).allocated_bytes;
+  auto m = dist::load_pretrained_split(state(), saved.path,
+                                       {.disable_mmap = true, .reserve = {{Placement::cpu(), running}}, .quantizer = quantizer()}, so);
+  CHECK(m.split_map.ranks().size() == static_cast<std::size_t>(std::min(n, 2)));
+  for (const auto& [k, p] : m.split_map) CHECK_FALSE(p.where.is_disk());
+  const double held = resident_bytes(m.model.model->module());
+  CHECK(held <= weights.bytes());
+  CHECK(models::generate(*m.model.model, prompt(), {.max_new_tokens = 12, .ignore_eos = true}).new_tokens.front() == want_tokens);
+  const double peak = static_cast<double>(memory_stats(Device::cpu()).peak_allocated_bytes - before);
+  CHECK(peak <= budget.bytes());
 }
 
 }  // namespace dist_split_test

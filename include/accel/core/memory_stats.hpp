@@ -3,14 +3,19 @@
 //   memory_stats(device)           current / peak bytes, allocation counts, budget
 //   reset_peak_memory_stats(device)
 //   set_memory_limit(device, n)    allocations that would exceed n bytes throw OutOfMemoryError
+//   peak_resident_bytes()          the process's peak resident set (Linux VmHWM), 0 elsewhere
 //
 // Tests read these to prove that a device never held more than its budget. Memory-mapped file
-// regions are not allocations (the page cache owns them) and are counted apart, as mapped bytes.
+// regions are not allocations (the page cache owns them) and are counted apart, as mapped bytes;
+// the process's peak resident set counts what the allocators cannot see (mapped pages touched,
+// memory of other libraries).
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <fstream>
+#include <string>
 #include <limits>
 #include <optional>
 
@@ -113,6 +118,16 @@ inline void reset_peak_memory_stats(Device d) {
 inline void set_memory_limit(Device d, std::optional<std::size_t> bytes) {
   if (d.is_meta()) throw DeviceError("the meta device holds no memory and takes no limit");
   detail::memory_counter(d).set_limit(bytes);
+}
+
+/// The most bytes this process has held resident at once (VmHWM of /proc/self/status); 0 where
+/// that is not readable (not Linux).
+inline std::size_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmHWM:")) return static_cast<std::size_t>(std::stoull(line.substr(6))) * 1024;
+  }
+  return 0;
 }
 
 /// RAII: a memory limit for the scope, restoring the previous one at exit.

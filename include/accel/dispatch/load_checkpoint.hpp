@@ -248,7 +248,7 @@ class CheckpointLoader {
     }
     const Placement where = placement_of(name, old, file);
     loaded_.insert(cell);
-    if (materialised_.count(cell)) return;
+    if (materialised_.count(cell) || held_elsewhere(where)) return;
     if (where.is_disk()) {
       o_.quantizer->create_quantized_param(model_, value, name, Device::cpu());
       offload_filled(owner_of(name));
@@ -317,6 +317,7 @@ class CheckpointLoader {
         // On the device of the weight it belongs to (the CPU when none is found).
         const std::optional<std::string> weight = owner_cell(name);
         const Placement where = weight ? placement_of(*weight, cells_.at(*weight)->data, file) : Placement::cpu();
+        if (held_elsewhere(where)) return;
         o_.quantizer->create_quantized_param(model_, value, name, where.is_disk() ? Device::cpu() : where.device());
         if (where.is_disk()) offload_filled(owner_of(*weight));
         return;
@@ -389,6 +390,10 @@ class CheckpointLoader {
     if (auto p = o_.device_map->lookup(name)) return *p;
     throw ValueError(name + " doesn't have any device set. (loading '" + file + "' into " + model_.class_name() + ")");
   }
+
+  /// A placement on meta: another process of a split model holds the weight (dist/split_model.hpp),
+  /// so a quantizer neither quantizes nor stores it here; the swapped layer's meta cells stay.
+  static bool held_elsewhere(const Placement& where) { return where.kind() == Placement::Kind::meta; }
 
   // A real tensor loaded into a tied cell wins over a meta placeholder of another of its names.
   void park_on_meta(nn::Parameter* cell, const Tensor& value, DType target) {

@@ -169,6 +169,37 @@ inline nlohmann::json read_model_config(const std::filesystem::path& model) {
   return is_gguf_model(model) ? io::GgufCheckpoint::open(model.string()).config() : detail::read_config_json(model / "config.json");
 }
 
+/// The dtype a model loads in through `options`: the quantizer's update_torch_dtype of
+/// options.dtype (its environment checked first), else config.json's (`source` names it), else
+/// float32.
+inline DType load_dtype(const nlohmann::json& config, const std::string& source, const LoadPretrainedOptions& options) {
+  std::optional<DType> dtype = options.dtype;
+  if (options.quantizer) {
+    options.quantizer->validate_environment();
+    dtype = options.quantizer->update_torch_dtype(dtype);
+  }
+  return dtype.value_or(config_dtype(config, source).value_or(DType::f32));
+}
+
+/// How a planner sizes `root` loading through `options` in `dtype`, its layers already swapped by
+/// the quantizer's preprocess_model: the quantizer's adjust_target_dtype and
+/// get_special_dtypes_update, and float32 for keep_in_fp32_modules.
+inline plan::SizeOptions planned_sizes(nn::Module& root, DType dtype, const LoadPretrainedOptions& options) {
+  plan::SizeOptions s{.dtype = options.quantizer ? options.quantizer->adjust_target_dtype(dtype) : dtype, .special_dtypes = {}};
+  if (options.quantizer) {
+    for (auto& [name, d] : options.quantizer->get_special_dtypes_update(root, dtype)) s.special_dtypes.emplace(name, d);
+  }
+  for (const auto& [name, d] : dtypes_in_modules(root.state_dict(), options.keep_in_fp32_modules, DType::f32)) {
+    s.special_dtypes.insert_or_assign(name, d);
+  }
+  return s;
+}
+
+/// The checkpoint `model` loads from: the GGUF file itself, or the one resolve_checkpoint_folder finds.
+inline std::string checkpoint_of(const std::filesystem::path& model) {
+  return is_gguf_model(model) ? model.string() : io::resolve_checkpoint_folder(model).path.string();
+}
+
 /// Loads the causal LM of a Hugging Face model folder (see the header comment); a placed model's
 /// offloaded weights travel as options.offload_depth says.
 inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& folder, const LoadPretrainedOptions& options = {}) {
@@ -179,19 +210,14 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
   const std::filesystem::path config_path = gguf ? folder : folder / "config.json";
   PretrainedModel out;
   out.config = read_model_config(folder);
-  std::optional<DType> dtype = options.dtype;
-  if (options.quantizer) {
-    options.quantizer->validate_environment();
-    dtype = options.quantizer->update_torch_dtype(dtype);
-  }
-  out.dtype = dtype.value_or(config_dtype(out.config, config_path.string()).value_or(DType::f32));
+  out.dtype = load_dtype(out.config, config_path.string(), options);
   {
     auto guard = nn::init_empty_weights(/*include_buffers=*/false);
     out.model = models::causal_lm_from_hf_config(out.config, out.dtype, config_path.string());
   }
   nn::Module& root = out.model->module();
   // Found once: both loads below read the same checkpoint.
-  const std::string checkpoint = gguf ? folder.string() : io::resolve_checkpoint_folder(folder).path.string();
+  const std::string checkpoint = checkpoint_of(folder);
   if (options.quantizer) options.quantizer->preprocess_model(root, io::resolve_checkpoint_files(checkpoint));
   LoadCheckpointOptions lo{.dtype = out.dtype,
                            .keep_in_fp32_modules = options.keep_in_fp32_modules,
@@ -214,13 +240,9 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
       LoadAndDispatchOptions plan;
       plan.no_split_module_classes = root.no_split_modules();
       // Sized as they will be held: the quantizer's target dtype, its kept weights, float32 ones.
-      plan.dtype = options.quantizer ? options.quantizer->adjust_target_dtype(out.dtype) : out.dtype;
-      if (options.quantizer) {
-        for (auto& [name, d] : options.quantizer->get_special_dtypes_update(root, out.dtype)) plan.special_dtypes.emplace(name, d);
-      }
-      for (const auto& [name, d] : dtypes_in_modules(root.state_dict(), options.keep_in_fp32_modules, DType::f32)) {
-        plan.special_dtypes.insert_or_assign(name, d);
-      }
+      plan::SizeOptions sizes = planned_sizes(root, out.dtype, options);
+      plan.dtype = sizes.dtype;
+      plan.special_dtypes = std::move(sizes.special_dtypes);
       MaxMemory budgets = options.max_memory ? *options.max_memory : plan::get_max_memory();
       if (options.quantizer) budgets = options.quantizer->adjust_max_memory(std::move(budgets));
       out.generation = plan::generation_reserve(root, out.config, out.dtype, budgets, options.reserve_tokens, options.offload_depth);

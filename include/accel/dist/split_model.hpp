@@ -318,17 +318,18 @@ struct SplitModel {
 /// load_pretrained_causal_lm across the processes of `state`: every process gathers the budgets,
 /// process 0's plan is shared, each process loads and dispatches its own blocks (the checkpoint
 /// folder is read where each process runs: shared or replicated) and the stage hooks go on. Every
-/// process must call it. `o.device_map` must be unset (the split map places the model);
-/// quantizers are not supported across processes yet (ValueError).
+/// process must call it. `o.device_map` must be unset (the split map places the model).
+///
+/// With `o.quantizer` the plan sizes the weights as they will be held (the quantizer's layers swapped
+/// on the meta model first, dispatch::planned_sizes), each process quantizes or reads the quantized
+/// state of its own blocks only, and another process's quantized layers compute shapes on meta.
 template <class D>
 SplitModel load_pretrained_split(const PartialState<D>& state, const std::filesystem::path& folder,
                                  dispatch::LoadPretrainedOptions o, SplitLoadOptions so = {}) {
   if (o.device_map) throw ValueError("load_pretrained_split: the split map places the model; leave device_map unset");
-  if (o.quantizer) throw ValueError("load_pretrained_split: quantized models are not split across processes yet");
   const bool gguf = dispatch::is_gguf_model(folder);
   const nlohmann::json config = dispatch::read_model_config(folder);
-  const DType dtype = o.dtype.value_or(
-      dispatch::config_dtype(config, (gguf ? folder : folder / "config.json").string()).value_or(DType::f32));
+  const DType dtype = dispatch::load_dtype(config, (gguf ? folder : folder / "config.json").string(), o);
   o.dtype = dtype;
   SplitModel out;
   if (so.split_map) {
@@ -339,13 +340,15 @@ SplitModel load_pretrained_split(const PartialState<D>& state, const std::filesy
       auto guard = nn::init_empty_weights(/*include_buffers=*/false);
       meta = models::causal_lm_from_hf_config(config, dtype);
     }
+    if (o.quantizer) o.quantizer->preprocess_model(meta->module(), io::resolve_checkpoint_files(dispatch::checkpoint_of(folder)));
     plan::MaxMemory mine = so.max_memory ? *so.max_memory : o.max_memory ? *o.max_memory : plan::get_max_memory();
     mine = plan::get_max_memory(mine);
+    if (o.quantizer) mine = o.quantizer->adjust_max_memory(std::move(mine));
     for (const auto& [k, r] : o.reserve) mine.reserve(k, r);
     const std::vector<plan::MaxMemory> budgets = gather_max_memory(state, mine);
     SplitPlanOptions po = so.plan;
     if (po.infer.no_split_module_classes.empty()) po.infer.no_split_module_classes = meta->module().no_split_modules();
-    if (!po.infer.sizes.dtype) po.infer.sizes.dtype = dtype;
+    if (!po.infer.sizes.dtype) po.infer.sizes = dispatch::planned_sizes(meta->module(), dtype, o);
     // Every process plans from the same budgets; process 0's plan is the one used, so no
     // difference in floating-point sums between hosts can split the processes' views.
     std::string plan_json;

@@ -25,12 +25,13 @@
 // - processes: under a PartialState of several processes the model is split across them
 //   (dist::load_pretrained_split): a strategy (auto, balanced, sequential) plans from every
 //   process's budget, or `split_map` places it. Disk blocks go to the last process, so it alone
-//   keeps the read-ahead ring;
+//   keeps the read-ahead ring. A quantized model splits too: the plan sizes the quantized layers,
+//   and each process quantizes (or reads the quantized state of) its own blocks only;
 // - the warm-up: one token through a model whose weights all stay where they compute (`warmup`,
 //   as llama.cpp warms up by default), so that the first prompt does not pay for what runs once.
 //
-// Errors: `quantize` for a model saved quantized or a GGUF file, a quantized model split across
-// processes, balanced_low_0 or an explicit DeviceMap across processes: ValueError naming the model.
+// Errors: `quantize` for a model saved quantized or a GGUF file, balanced_low_0 or an explicit
+// DeviceMap across processes: ValueError naming the model.
 //
 // Differences from transformers' from_pretrained: no hub (a local path), no trust_remote_code (the
 // model types are the library's), the placement and read-ahead options are Accelerate's, and the
@@ -259,10 +260,6 @@ LoadedModel from_pretrained(const dist::PartialState<D>& state, const std::files
   if (o.with_tokenizer) out.tokenizer = load_tokenizer(model);
   const nlohmann::json config = dispatch::read_model_config(model);
   dispatch::LoadPretrainedOptions lo = detail::load_options(model, config, o);
-  if (lo.quantizer) {
-    throw ValueError("from_pretrained: " + model.string() + " loads through the " + lo.quantizer->name() +
-                     " quantizer, and quantized layers are not split across processes yet: run it in one process");
-  }
   lo.offload_folder = o.offload_folder;
   dist::SplitLoadOptions so;
   so.max_memory = o.max_memory;
@@ -278,7 +275,7 @@ LoadedModel from_pretrained(const dist::PartialState<D>& state, const std::files
       throw ValueError("from_pretrained: device_map 'balanced_low_0' has no meaning across processes (auto, balanced, sequential)");
     }
     so.plan.strategy = how;
-    const DType dtype = lo.dtype.value_or(dispatch::config_dtype(config, model.string()).value_or(DType::f32));
+    const DType dtype = dispatch::load_dtype(config, model.string(), lo);
     std::shared_ptr<models::CausalLM> meta;
     {
       auto guard = nn::init_empty_weights(false);

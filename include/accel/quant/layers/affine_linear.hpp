@@ -45,6 +45,7 @@ namespace accel::quant {
 inline Tensor affine_linear(const Tensor& x, AffineScheme s, const AffineWeight& w, const Tensor& bias = {}) {
   const auto& info = affine_scheme_info(s);
   const std::string op(info.name);
+  if (x.is_meta()) return meta_quantized_linear(op + " linear", x, w.in, w.out);
   if (x.device().is_cuda() || w.codes.device().is_cuda()) {
     const DeviceQuantOps& q = device_quant_ops(op + " linear", w.codes.is_cuda() ? w.codes.device() : x.device());
     const Tensor codes = w.codes.contiguous(), scale = w.scale.contiguous();

@@ -77,12 +77,6 @@ inline void check_cpu_weight(const std::string& layer, const Tensor& w) {
     throw DeviceError(layer + ": bitsandbytes layers compute on the CPU or a GPU; the weight is on " + w.device().str());
   }
 }
-inline void check_rows(const std::string& layer, const Tensor& x, std::int64_t in) {
-  if (!is_floating_point(x.dtype())) throw DTypeError(layer + ": the input is " + std::string(dtype_name(x.dtype())));
-  if (x.dim() < 1 || x.size(-1) != in) {
-    throw ShapeError(layer + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
-  }
-}
 }  // namespace detail
 
 /// bnb.nn.Linear4bit: y = x W^T + b with W packed to 4 bits (see the header comment).
@@ -168,11 +162,12 @@ class BasicLinear4bit : public nn::BasicModule<BasicLinear4bit<P>, P> {
   }
 
   Tensor forward(const Tensor& x) override {
+    if (x.is_meta()) return meta_quantized_linear("Linear4bit", x, in_, out_);
     const Tensor& w = weight();
     if (!state_) throw ValueError("Linear4bit: the weight has not been quantized or loaded yet");
     if (w.device().is_cuda() || x.device().is_cuda()) return forward_on_device(x);
     detail::check_cpu_weight("Linear4bit", w);
-    detail::check_rows("Linear4bit", x, in_);
+    check_linear_input("Linear4bit", x, in_);
     const Tensor xc = x.to(o_.compute_dtype);
     const Tensor b = bias_ ? (*bias_)->data.to(Device::cpu(), o_.compute_dtype) : Tensor();
     const std::int64_t rows = x.numel() / in_;
@@ -299,9 +294,10 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
   }
 
   Tensor forward(const Tensor& x) override {
+    if (x.is_meta()) return meta_quantized_linear("Linear8bitLt", x, in_, out_);
     if (weight().device().is_cuda() || x.device().is_cuda()) return forward_on_device(x);
     detail::check_cpu_weight("Linear8bitLt", weight());
-    detail::check_rows("Linear8bitLt", x, in_);
+    check_linear_input("Linear8bitLt", x, in_);
     return matmul_8bit(x, int8_weight(), {.threshold = o_.threshold}, bias());
   }
 

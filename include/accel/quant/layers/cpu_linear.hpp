@@ -2,6 +2,8 @@
 //
 //   cpu_quantized_linear(op, x, in, out, bias, body) -> y    y = x W^T (+ bias), W known to `body`
 //   CpuLinearArgs                                           what `body` gets: x as float32 rows, y
+//   check_linear_input(op, x, in)                           the input check every product makes
+//   meta_quantized_linear(op, x, in, out) -> y              y's shape alone, for an input on meta
 //
 // The frame checks x (floating point, last dimension `in`), converts it to contiguous float32 on
 // the CPU, makes y float32 [..., out], calls body(args), adds the bias unless the body did, and
@@ -38,6 +40,26 @@ struct CpuLinearArgs {
   float* ys;             ///< y: rows x out float32, for the body to write (uninitialised)
 };
 
+/// DTypeError unless x is floating point, ShapeError unless its last dimension is `in`; `op` names
+/// the product.
+inline void check_linear_input(std::string_view op, const Tensor& x, std::int64_t in) {
+  if (!is_floating_point(x.dtype())) throw DTypeError(std::string(op) + ": the input is " + std::string(dtype_name(x.dtype())));
+  if (x.dim() < 1 || x.size(-1) != in) {
+    throw ShapeError(std::string(op) + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
+  }
+}
+
+/// y on meta, x's dtype and shape with the last dimension `out`, after check_linear_input: what a
+/// quantized layer answers for an input on meta, as a float layer's ops::linear does. A block runs
+/// on meta where another process of a split model holds it (dist/split_model.hpp) or a model is
+/// traced for its shapes; its weight may then be on meta too, or never have been quantized.
+inline Tensor meta_quantized_linear(std::string_view op, const Tensor& x, std::int64_t in, std::int64_t out) {
+  check_linear_input(op, x, in);
+  Shape ys = x.shape();
+  ys[ys.size() - 1] = out;
+  return Tensor::empty(ys, x.dtype(), Device::meta());
+}
+
 /// y = x W^T (+ bias) on the CPU; `body(const CpuLinearArgs&) -> bool` writes y and says whether
 /// it added the bias itself (a kernel that fuses it into its last rounding), else the frame adds it.
 /// `op` names the product in errors: DTypeError for a non-floating input, ShapeError for one not
@@ -45,10 +67,7 @@ struct CpuLinearArgs {
 template <class Body>
 Tensor cpu_quantized_linear(std::string_view op, const Tensor& x, std::int64_t in, std::int64_t out, const Tensor& bias,
                             Body&& body) {
-  if (!is_floating_point(x.dtype())) throw DTypeError(std::string(op) + ": the input is " + std::string(dtype_name(x.dtype())));
-  if (x.dim() < 1 || x.size(-1) != in) {
-    throw ShapeError(std::string(op) + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
-  }
+  check_linear_input(op, x, in);
   const Tensor b = bias.defined() ? bias.to(Device::cpu(), DType::f32).contiguous() : Tensor();
   if (b.defined() && b.numel() != out) {
     throw ShapeError(std::string(op) + ": bias " + bias.shape().str() + " does not match " + std::to_string(out) + " outputs");

@@ -23,6 +23,7 @@
 #include "accel/core/tensor.hpp"
 #include "accel/ops/elementwise.hpp"
 #include "accel/ops/matmul.hpp"
+#include "accel/quant/layers/cpu_linear.hpp"
 
 namespace accel::quant {
 
@@ -55,10 +56,7 @@ Tensor device_quantized_linear(const std::string& op, const Tensor& x, const Ten
     throw DeviceError(op + ": the input is on " + x.device().str() + " and the weight on " + weight.device().str() +
                       "; both must be on one GPU");
   }
-  if (!is_floating_point(x.dtype())) throw DTypeError(op + ": the input is " + std::string(dtype_name(x.dtype())));
-  if (x.dim() < 1 || x.size(-1) != in) {
-    throw ShapeError(op + ": input " + x.shape().str() + " does not end in in_features " + std::to_string(in));
-  }
+  check_linear_input(op, x, in);
   const std::int64_t rows = in ? x.numel() / in : 0;
   Shape ys = x.shape();
   ys[ys.size() - 1] = out;

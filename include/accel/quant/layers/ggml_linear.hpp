@@ -60,6 +60,7 @@ inline Tensor ggml_linear(const Tensor& x, const Tensor& packed, GgmlType type, 
     throw ShapeError(op + ": weight is " + std::string(dtype_name(packed.dtype())) + " " + packed.shape().str() +
                      ", expected uint8 " + want.str());
   }
+  if (x.is_meta()) return meta_quantized_linear(op, x, in, out);
   if (x.device().is_cuda() || packed.device().is_cuda()) {
     const DeviceQuantOps& q = device_quant_ops(op, packed.device().is_cuda() ? packed.device() : x.device());
     // The kernels read blocks in place: their fields are at most 4-byte aligned.
