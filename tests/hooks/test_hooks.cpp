@@ -140,6 +140,19 @@ TEST_CASE("Chaining a hook onto an offloading one leaves no stale read-ahead uni
   CHECK(net(x).to_vector<float>() == expect);
   CHECK(log == std::vector<std::string>{"extra.init", "extra.pre", "extra.post"});
 
+  // A hook put in front (a split model's stage hook): initialised alone, first to see the call,
+  // and the offloading hook's unit stays the one the stream reads.
+  log.clear();
+  hooks::prepend_hook_to_module(net.get_submodule("1"), std::make_shared<LogHook>(&log, "front"));
+  CHECK(stream->units() == 4);
+  CHECK(stream->live_units() == 4);
+  const auto* chain = dynamic_cast<hooks::SequentialHook<hooks::HookList>*>(net.get_submodule("1").hook().get());
+  REQUIRE(chain != nullptr);
+  CHECK(chain->hooks().size() == 3);  // front, the offloading hook, extra: one flat chain
+  CHECK(net(x).to_vector<float>() == expect);
+  CHECK(log == std::vector<std::string>{"front.init", "front.pre", "extra.pre", "front.post", "extra.post"});
+  CHECK_THROWS_AS(hooks::prepend_hook_to_module(net, std::shared_ptr<nn::ModuleHook>{}), ValueError);
+
   // Detached and attached again (Accelerate's remove then add): the old unit is retired and the
   // new one read in its place.
   auto again = hooks::find_hook<hooks::AlignDevicesHookBase>(net.get_submodule("2"));

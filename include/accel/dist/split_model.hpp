@@ -210,18 +210,6 @@ class RootHook : public hooks::ModelHook {
   std::shared_ptr<PipelineRun> run_;
 };
 
-/// Puts `hook` in front of the module's hooks: it sees the arguments before they are aligned.
-inline void prepend_hook(nn::Module& m, std::shared_ptr<nn::ModuleHook> hook) {
-  std::shared_ptr<nn::ModuleHook> old = m.hook();
-  if (!old) {
-    m.set_hook(std::move(hook));
-    return;
-  }
-  // Detaching and attaching again re-initialises the old hook, as add_hook_to_module(append) does.
-  m.set_hook(nullptr);
-  m.set_hook(std::make_shared<hooks::SequentialHook<hooks::HookList>>(hooks::HookList{std::move(hook), std::move(old)}));
-}
-
 }  // namespace detail
 
 /// Every process's budget, in rank order, on every process (each process knows its own memory).
@@ -290,8 +278,9 @@ PipelineStages attach_pipeline_hooks(const PartialState<D>& state, nn::Module& m
     }
     stages.push_back({m, {p.rank, name}});
   }
-  for (auto& [m, s] : stages) detail::prepend_hook(*m, std::make_shared<detail::StageHook>(run, s.first, s.second));
-  detail::prepend_hook(model, std::make_shared<detail::RootHook>(run));
+  // In front of each entry's hooks: a stage hook sees the arguments before they are aligned.
+  for (auto& [m, s] : stages) hooks::prepend_hook_to_module(*m, std::make_shared<detail::StageHook>(run, s.first, s.second));
+  hooks::prepend_hook_to_module(model, std::make_shared<detail::RootHook>(run));
   return PipelineStages(run);
 }
 

@@ -5,6 +5,7 @@
 //   SequentialHook<H...>                      a chain fixed at compile time: SequentialHook(a, b, c) deduces it
 //   SequentialHook<HookList>                  the run-time chain: SequentialHook(HookList{pa, pb, pc})
 //   add_hook_to_module(module, hook, append = false)
+//   prepend_hook_to_module(module, hook)     in front of the module's hooks (no Accelerate counterpart)
 //   find_hook<H>(module)                      the module's hook of class H, in a chain or alone
 //   remove_hook_from_module(module, recurse = false)
 //   remove_hook_from_submodules(module)
@@ -24,7 +25,9 @@
 // - add_hook_to_module(append = true) runs only the new hook's init_hook: the old one stays
 //   attached, as it was, at the head of the chain (Accelerate detaches it and initialises it
 //   again, which re-registers an offloading hook's weights), and a chain grows flat instead of
-//   nesting one SequentialHook in another.
+//   nesting one SequentialHook in another. prepend_hook_to_module does the same at the head of
+//   the chain, for a hook that must see the arguments before the others align them (a split
+//   model's stage hooks, dist/split_model.hpp).
 #pragma once
 
 #include <memory>
@@ -160,18 +163,33 @@ struct is_empty_chain<SequentialHook<>> : std::true_type {};
 /// the two run as a SequentialHook (old first; only the new one is initialised, the old one stays
 /// attached); without, the old hook is detached and replaced. An empty compile-time chain
 /// attaches nothing.
+namespace detail {
+/// `hook` joins the module's hooks at the back or the front of one flat run-time chain; only
+/// `hook` is initialised, the hooks there stay attached as they are.
+inline void join_hook_chain(nn::Module& module, std::shared_ptr<nn::ModuleHook> hook, bool at_front) {
+  HookList chain;
+  if (const auto* seq = dynamic_cast<const SequentialHook<HookList>*>(module.hook().get())) chain = seq->hooks();
+  else chain.push_back(module.hook());
+  hook->init_hook(module);  // first: if it throws, the module keeps its hook as it was
+  chain.insert(at_front ? chain.begin() : chain.end(), std::move(hook));
+  module.exchange_hook(std::make_shared<SequentialHook<HookList>>(std::move(chain)));
+}
+}  // namespace detail
+
 inline nn::Module& add_hook_to_module(nn::Module& module, std::shared_ptr<nn::ModuleHook> hook, bool append = false) {
   if (!hook) throw ValueError("add_hook_to_module(" + module.class_name() + "): the hook is null");
-  if (append && module.hook()) {
-    HookList chain;
-    if (const auto* seq = dynamic_cast<const SequentialHook<HookList>*>(module.hook().get())) chain = seq->hooks();
-    else chain.push_back(module.hook());
-    hook->init_hook(module);  // first: if it throws, the module keeps its hook as it was
-    chain.push_back(std::move(hook));
-    module.exchange_hook(std::make_shared<SequentialHook<HookList>>(std::move(chain)));
-    return module;
-  }
-  module.set_hook(std::move(hook));
+  if (append && module.hook()) detail::join_hook_chain(module, std::move(hook), /*at_front=*/false);
+  else module.set_hook(std::move(hook));
+  return module;
+}
+
+/// Puts `hook` in front of the module's hooks, so that its pre_forward sees the arguments first
+/// and its post_forward runs first; only `hook` is initialised (see the header comment). A module
+/// without a hook simply gets it.
+inline nn::Module& prepend_hook_to_module(nn::Module& module, std::shared_ptr<nn::ModuleHook> hook) {
+  if (!hook) throw ValueError("prepend_hook_to_module(" + module.class_name() + "): the hook is null");
+  if (module.hook()) detail::join_hook_chain(module, std::move(hook), /*at_front=*/true);
+  else module.set_hook(std::move(hook));
   return module;
 }
 
