@@ -10,7 +10,9 @@ Usage: check_split_run.py MPIRUN ACCEL MODELS_DIR WORK_DIR
   - sequential fills process 0 first;
   then GPT-2 from a split-map file naming processes; the LLaMA quantized on load (bitsandbytes
   nf4 and int8, GGUF q8_0, TorchAO int4) across 2 processes, each holding its own quantized blocks,
-  with the single-process quantized run's tokens; and the usage errors.
+  with the single-process quantized run's tokens; folders saved by `accel quantize` (bitsandbytes
+  nf4, Quanto int8) and a Q8_0 GGUF file across 2 processes with one process's tokens; and the
+  usage errors.
 """
 import json
 import os
@@ -114,6 +116,25 @@ def main():
         for r in range(2):
             peak = out.get("peak_bytes", {}).get(f"rank{r}:cpu", budget + 1)
             check(peak <= budget, f"{what}: process {r} peak {peak} <= {budget}")
+
+    # Saved quantized (bitsandbytes and Quanto folders, a Q8_0 GGUF file), then split: the same
+    # tokens as one process reading the same files.
+    for scheme, out_name in (("nf4", "llama20_nf4"), ("quanto-int8", "llama20_quanto"), ("q8_0", "llama20_q8_0.gguf")):
+        saved = work / out_name
+        what = f"-np 2 on a file saved {scheme}"
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        q = subprocess.run([accel, "quantize", str(folder), str(saved), "--scheme", scheme, "--quiet"], capture_output=True,
+                           text=True, timeout=240, env=env)
+        check(q.returncode == 0, f"{what}: quantize exit {q.returncode}: {q.stderr.strip()[-500:]}")
+        single = as_json(subprocess.run([accel, "run", str(saved), "--ids", ids, "--max-new-tokens", "10", "--json"],
+                                        capture_output=True, text=True, timeout=240, env=env), f"{what}, one process")
+        out = as_json(split_run(mpirun, 2, accel, saved, "--ids", ids, "--max-new-tokens", 10, "--max-memory",
+                                f"cpu={int(total * 0.35)}", "--json"), what)
+        check(single.get("quantization") is not None and out.get("quantization") is not None,
+              f"{what}: loaded through its quantizer: {single.get('quantization')} / {out.get('quantization')}")
+        check(out.get("generated_ids") == single.get("generated_ids"),
+              f"{what}: {out.get('generated_ids')} != one process's {single.get('generated_ids')}")
+        check(ranks_of(out) == {0, 1}, f"{what}: every process holds blocks: {out.get('split_map')}")
 
     bad = split_run(mpirun, 2, accel, gpt2, "--ids", "1,2", "--device-map", "balanced_low_0")
     check(bad.returncode == 2 and "balanced_low_0" in bad.stderr, f"balanced_low_0 across processes: {bad.stderr.strip()[-500:]}")
