@@ -250,7 +250,8 @@ void gguf_seeds(const fs::path& dir, const fs::path& tmp) {
     put(dir / "seed-plain-v2", bytes);
   }
 
-  // One or two blocks of each block type accel dequantizes, then the lattice types it does not.
+  // One or two blocks of each block type: the 32-element ones, the 256-element ones, the lattice
+  // IQ types (the grids' indices, signs and scales decoded from fuzzed bytes).
   {
     GgufWriter w;
     add(w, "q4_0", GgmlType::q4_0, {32, 2});

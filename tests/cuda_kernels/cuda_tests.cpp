@@ -815,7 +815,7 @@ TEST_CASE("cuda quant: every ggml block type decodes on the GPU to the CPU's bit
       CHECK(same_bytes(got, want.to(d)));
     }
   });
-  // The lattice IQ types have no kernel (nor a CPU decoder): the slot says so.
+  // The lattice IQ types have no GPU kernel (their grids are host tables): the slot says so.
   Tensor out = Tensor::empty(Shape{1, 256}, DType::f32, gpu);
   CHECK_FALSE(slots.ggml_dequantize(Tensor::zeros(Shape{1, 66}, DType::u8).to(gpu),
                                     static_cast<std::uint32_t>(GgmlType::iq2_xxs), out));

@@ -1,8 +1,10 @@
 // ggml's quantized blocks as plain structs, each checked against io/ggml_types.hpp's byte size.
 //
 //   block_q4_0 ... block_q8_k, block_iq4_nl, block_iq4_xs, block_tq1_0, block_tq2_0
+//   block_iq2_xxs, block_iq2_xs, block_iq2_s, block_iq3_xxs, block_iq3_s, block_iq1_s, block_iq1_m
 //   ggml_block_t<GgmlType::q4_k>      the struct of a type (compile-time lookup)
 //   with_ggml_block(t, f)             f(integral_constant<GgmlType, t>) for a type with a struct
+//   with_ggml_lattice_block(t, f)     the same for the lattice IQ types (host only)
 //   f16_scale(bits)                   a block's f16 scale as float (exact)
 //   k4_scale_min(j, scales, sc, mn)   group j's six-bit scale and min of a Q4_K / Q5_K block
 //   k4_scales_mins(scales, sc, mn)    all eight of each at once, four per 32-bit word
@@ -10,6 +12,8 @@
 //   iq4_xs_scale(l, h, ib)            sub-block ib's six-bit scale of an IQ4_XS block
 //   iq4_xs_scales(l, h)               all eight at once, a byte each in one word
 //   load_le32(p)                      four bytes as a little-endian word (one load where it can be)
+//   iq2_signs(i)                      the IQ2 / IQ3 sign byte of 7-bit index i (even parity)
+//   iq1_delta                         IQ1_S's / IQ1_M's shift of every grid coordinate
 //
 // Field order and widths are the file format: every struct is standard layout and unpadded, so
 // its size is the block's size in the file. Readers copy a block out of the mapped bytes into the
@@ -125,6 +129,80 @@ struct block_tq2_0 {
   std::uint16_t d;
 };
 
+// The lattice IQ types: each group of 8 (IQ3: 4) weights is a point of a fixed code-point grid
+// (io/ggml_iq_grids.hpp), named by its index, times a sub-block scale, with signs.
+
+/// 256 weights in 8 groups of 32; a group is two little-endian words: four 8-bit indices into
+/// iq2xxs_grid (8 weights each), then four 7-bit sign indices (iq2_signs) and a 4-bit scale on top.
+struct block_iq2_xxs {
+  std::uint16_t d;
+  std::uint8_t qs[64];
+};
+/// 256 weights: 32 points, each a 9-bit index into iq2xs_grid and a 7-bit sign index above it;
+/// two 4-bit scales per group of 32 (low nibble for its first 16 weights).
+struct block_iq2_xs {
+  std::uint16_t d;
+  std::uint16_t qs[32];
+  std::uint8_t scales[8];
+};
+/// 256 weights: qs[0..31] the low 8 bits of 32 indices into iq2s_grid, qs[32..63] one explicit
+/// sign byte per point, qh two high index bits per point (four points a byte), scales as IQ2_XS.
+struct block_iq2_s {
+  std::uint16_t d;
+  std::uint8_t qs[64];
+  std::uint8_t qh[8];
+  std::uint8_t scales[8];
+};
+/// 256 weights: 64 8-bit indices into iq3xxs_grid (4 weights each), then per group of 32 one word
+/// of four 7-bit sign indices (iq2_signs) and a 4-bit scale on top.
+struct block_iq3_xxs {
+  std::uint16_t d;
+  std::uint8_t qs[96];
+};
+/// 256 weights: 64 9-bit indices into iq3s_grid (low 8 bits in qs, the ninth in qh, eight a byte),
+/// one explicit sign byte per 8 weights, a 4-bit scale per 32 (low nibble first).
+struct block_iq3_s {
+  std::uint16_t d;
+  std::uint8_t qs[64];
+  std::uint8_t qh[8];
+  std::uint8_t signs[32];
+  std::uint8_t scales[4];
+};
+/// 256 weights: 32 11-bit indices into iq1s_grid (low 8 bits in qs); per group of 32 one qh word
+/// with the four points' high 3 bits, a 3-bit scale (bits 12-14) and the sign of the delta (bit 15).
+struct block_iq1_s {
+  std::uint16_t d;
+  std::uint8_t qs[32];
+  std::uint16_t qh[8];
+};
+/// 256 weights: iq1s_grid indices as IQ1_S's, qh a byte per two points (3 high bits and the
+/// delta's sign, a nibble each); scales four words of 3-bit scales per 16 weights, whose top
+/// nibbles together are the block's f16 scale (iq1_m_scale).
+struct block_iq1_m {
+  std::uint8_t qs[32];
+  std::uint8_t qh[16];
+  std::uint16_t scales[4];
+};
+
+/// ggml's ksigns_iq2xs as the rule it tabulates: 7 stored sign bits (bit j set: weight j is
+/// negative) and an eighth that makes the number of negative weights even.
+ACCEL_HOST_DEVICE constexpr std::uint8_t iq2_signs(unsigned i) noexcept {
+  i &= 127u;
+  unsigned parity = i ^ (i >> 4);
+  parity ^= parity >> 2;
+  parity ^= parity >> 1;
+  return static_cast<std::uint8_t>(i | ((parity & 1u) << 7));
+}
+
+/// IQ1's grid coordinates (-1, 0, 1) are shifted by this, up or down by the group's delta bit.
+inline constexpr float iq1_delta = 0.125f;
+
+/// IQ1_M's f16 scale: the top nibbles of its four scale words, low to high.
+ACCEL_HOST_DEVICE constexpr std::uint16_t iq1_m_scale(const std::uint16_t* sc) noexcept {
+  return static_cast<std::uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
+                                    (sc[3] & 0xF000));
+}
+
 /// Scale and min of group j (0..7) of a Q4_K / Q5_K block: six bits each, packed in 12 bytes.
 ACCEL_HOST_DEVICE inline void k4_scale_min(int j, const std::uint8_t* s, std::uint8_t& sc, std::uint8_t& mn) noexcept {
   if (j < 4) {
@@ -212,6 +290,13 @@ template <> struct ggml_block<GgmlType::iq4_nl> { using type = block_iq4_nl; };
 template <> struct ggml_block<GgmlType::iq4_xs> { using type = block_iq4_xs; };
 template <> struct ggml_block<GgmlType::tq1_0> { using type = block_tq1_0; };
 template <> struct ggml_block<GgmlType::tq2_0> { using type = block_tq2_0; };
+template <> struct ggml_block<GgmlType::iq2_xxs> { using type = block_iq2_xxs; };
+template <> struct ggml_block<GgmlType::iq2_xs> { using type = block_iq2_xs; };
+template <> struct ggml_block<GgmlType::iq2_s> { using type = block_iq2_s; };
+template <> struct ggml_block<GgmlType::iq3_xxs> { using type = block_iq3_xxs; };
+template <> struct ggml_block<GgmlType::iq3_s> { using type = block_iq3_s; };
+template <> struct ggml_block<GgmlType::iq1_s> { using type = block_iq1_s; };
+template <> struct ggml_block<GgmlType::iq1_m> { using type = block_iq1_m; };
 }  // namespace detail
 
 /// The block struct of `T`.
@@ -219,9 +304,9 @@ template <GgmlType T>
 using ggml_block_t = typename detail::ggml_block<T>::type;
 
 /// Calls f(std::integral_constant<GgmlType, T>{}) when `t` is a block type with a struct here
-/// (every quantized type io decodes), and returns whether it did. The one list of those types: the
-/// CPU dequantizer (io/ggml_dequantize.hpp) and the CUDA kernels (quant/kernels/cuda/ggml.cuh) dispatch
-/// through it.
+/// (every quantized type io decodes but the lattice IQ ones), and returns whether it did. The one
+/// list of those types: the CPU dequantizer (io/ggml_dequantize.hpp) and the CUDA kernels
+/// (quant/kernels/cuda/ggml.cuh) dispatch through it.
 template <class F>
 bool with_ggml_block(GgmlType t, F&& f) {
   switch (t) {
@@ -250,6 +335,27 @@ bool with_ggml_block(GgmlType t, F&& f) {
   }
 }
 
+/// with_ggml_block for the lattice IQ types. A list apart because the CUDA kernels instantiate
+/// every type with_ggml_block lists, and these decode through host tables (io/ggml_iq_grids.hpp).
+template <class F>
+bool with_ggml_lattice_block(GgmlType t, F&& f) {
+  switch (t) {
+#define ACCEL_GGML_BLOCK_CASE(T)                       \
+  case GgmlType::T:                                    \
+    f(std::integral_constant<GgmlType, GgmlType::T>{}); \
+    return true;
+    ACCEL_GGML_BLOCK_CASE(iq2_xxs)
+    ACCEL_GGML_BLOCK_CASE(iq2_xs)
+    ACCEL_GGML_BLOCK_CASE(iq2_s)
+    ACCEL_GGML_BLOCK_CASE(iq3_xxs)
+    ACCEL_GGML_BLOCK_CASE(iq3_s)
+    ACCEL_GGML_BLOCK_CASE(iq1_s)
+    ACCEL_GGML_BLOCK_CASE(iq1_m)
+#undef ACCEL_GGML_BLOCK_CASE
+    default: return false;
+  }
+}
+
 /// True when `Block` is exactly the file's block of `T` (size and alignment a row can promise).
 template <GgmlType T>
 constexpr bool ggml_block_matches() {
@@ -264,5 +370,14 @@ static_assert(ggml_block_matches<GgmlType::q2_k>() && ggml_block_matches<GgmlTyp
               ggml_block_matches<GgmlType::q6_k>() && ggml_block_matches<GgmlType::q8_k>());
 static_assert(ggml_block_matches<GgmlType::iq4_nl>() && ggml_block_matches<GgmlType::iq4_xs>() &&
               ggml_block_matches<GgmlType::tq1_0>() && ggml_block_matches<GgmlType::tq2_0>());
+static_assert(ggml_block_matches<GgmlType::iq2_xxs>() && ggml_block_matches<GgmlType::iq2_xs>() &&
+              ggml_block_matches<GgmlType::iq2_s>() && ggml_block_matches<GgmlType::iq3_xxs>() &&
+              ggml_block_matches<GgmlType::iq3_s>() && ggml_block_matches<GgmlType::iq1_s>() &&
+              ggml_block_matches<GgmlType::iq1_m>());
+static_assert(std::is_standard_layout_v<block_iq2_xxs> && std::is_standard_layout_v<block_iq2_xs> &&
+              std::is_standard_layout_v<block_iq2_s> && std::is_standard_layout_v<block_iq3_xxs> &&
+              std::is_standard_layout_v<block_iq3_s> && std::is_standard_layout_v<block_iq1_s> &&
+              std::is_standard_layout_v<block_iq1_m>);
+static_assert(iq2_signs(0) == 0 && iq2_signs(1) == 129 && iq2_signs(3) == 3 && iq2_signs(127) == 255);
 
 }  // namespace accel::io

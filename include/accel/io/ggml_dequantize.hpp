@@ -7,15 +7,18 @@
 //   dequantize(const GgufFile& f, name) -> Tensor         a GGUF tensor, in torch order
 //
 // The block functions are ACCEL_HOST_DEVICE: the CUDA kernels (quant/kernels/cuda/kernels.cuh) decode
-// with them, so a GPU gives the same bits.
+// with them, so a GPU gives the same bits. Those of the lattice IQ types (IQ1_S, IQ1_M, IQ2_*,
+// IQ3_*) are host only: they read the code-point grids of io/ggml_iq_grids.hpp, host tables.
 // Exactness: every block format's value is a product of its f16 scale with small integers, exact
 // in float32, followed by at most one rounding (a subtraction of the min, or the last product of
 // Q6_K), so the order of operations below is ggml's and no contraction into FMA changes a bit.
+// The lattice IQ types' values are exact too: a sub-block scale of at most 16 significant bits
+// times a grid coordinate of at most 6 (IQ1: coordinate plus delta, 4), negated or not.
 // Plain types convert (F16 / BF16 exactly, F64 and the integers to the nearest float32).
-// The lattice IQ types (IQ1_S, IQ1_M, IQ2_*, IQ3_*) are DTypeError: their code-point grids are not
-// carried. Large tensors are split across the CPU threads by blocks.
+// Large tensors are split across the CPU threads by blocks.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +30,7 @@
 #include "accel/core/tensor.hpp"
 #include "accel/io/bytes.hpp"
 #include "accel/io/ggml_blocks.hpp"
+#include "accel/io/ggml_iq_grids.hpp"
 #include "accel/io/gguf.hpp"
 
 namespace accel::io {
@@ -249,6 +253,128 @@ ACCEL_HOST_DEVICE inline void dequantize_block(const block_tq2_0& b, float* y) n
   }
 }
 
+namespace detail {
+/// Coordinate j of grid point p, `Bits` bits a coordinate (io/ggml_iq_grids.hpp's packing).
+template <int Bits>
+constexpr unsigned iq_code(std::uint16_t p, int j) noexcept {
+  return (p >> (Bits * j)) & ((1u << Bits) - 1u);
+}
+
+/// The N weights of grid point p: db * coordinate, negated where sign bit j of `signs` is set.
+/// ggml multiplies by (bit ? -1.f : 1.f), which GCC compiles to a negation, NaNs included (a
+/// product by -1 would keep a NaN's sign); flipping the sign bit is that negation without the
+/// branch, which random signs mispredict (the IQ2 / IQ3 types decoded three times slower).
+template <int Bits, int N, class Book>
+inline void iq_put_signed(float db, std::uint16_t p, const Book& book, unsigned signs, float* y) noexcept {
+  for (int j = 0; j < N; ++j) {
+    const float v = db * static_cast<float>(book[iq_code<Bits>(p, j)]);
+    y[j] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) ^ (((signs >> j) & 1u) << 31));
+  }
+}
+
+/// The 8 weights of IQ1 grid point p: dl * (coordinate + delta), as ggml.
+inline void iq1_put(float dl, std::uint16_t p, float delta, float* y) noexcept {
+  for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(ggml_iq::iq1_book[iq_code<2>(p, j)]) + delta);
+}
+}  // namespace detail
+
+inline void dequantize_block(const block_iq2_xxs& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const std::uint8_t* idx = b.qs + 8 * ib;
+    const std::uint32_t aux = load_le32(idx + 4);
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.25f;
+    for (int l = 0; l < 4; ++l) {
+      detail::iq_put_signed<2, 8>(db, ggml_iq::iq2xxs_grid[idx[l]], ggml_iq::iq2_book, iq2_signs(aux >> (7 * l)),
+                                  y + 8 * l);
+    }
+  }
+}
+
+inline void dequantize_block(const block_iq2_xs& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const float db[2] = {d * (0.5f + static_cast<float>(b.scales[ib] & 0x0F)) * 0.25f,
+                         d * (0.5f + static_cast<float>(b.scales[ib] >> 4)) * 0.25f};
+    for (int l = 0; l < 4; ++l) {
+      const std::uint16_t q = b.qs[4 * ib + l];
+      detail::iq_put_signed<2, 8>(db[l / 2], ggml_iq::iq2xs_grid[q & 511], ggml_iq::iq2_book, iq2_signs(q >> 9),
+                                  y + 8 * l);
+    }
+  }
+}
+
+inline void dequantize_block(const block_iq2_s& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  const std::uint8_t* signs = b.qs + 32;
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const float db[2] = {d * (0.5f + static_cast<float>(b.scales[ib] & 0x0F)) * 0.25f,
+                         d * (0.5f + static_cast<float>(b.scales[ib] >> 4)) * 0.25f};
+    for (int l = 0; l < 4; ++l) {
+      const unsigned idx = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3u) << 8);
+      detail::iq_put_signed<2, 8>(db[l / 2], ggml_iq::iq2s_grid[idx], ggml_iq::iq2_book, signs[4 * ib + l], y + 8 * l);
+    }
+  }
+}
+
+inline void dequantize_block(const block_iq3_xxs& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const std::uint8_t* idx = b.qs + 8 * ib;
+    const std::uint32_t aux = load_le32(b.qs + 64 + 4 * ib);
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+    for (int l = 0; l < 4; ++l) {
+      const unsigned signs = iq2_signs(aux >> (7 * l));
+      detail::iq_put_signed<3, 4>(db, ggml_iq::iq3xxs_grid[idx[2 * l]], ggml_iq::iq3xxs_book, signs, y + 8 * l);
+      detail::iq_put_signed<3, 4>(db, ggml_iq::iq3xxs_grid[idx[2 * l + 1]], ggml_iq::iq3xxs_book, signs >> 4,
+                                  y + 8 * l + 4);
+    }
+  }
+}
+
+inline void dequantize_block(const block_iq3_s& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const float db = d * static_cast<float>(1 + 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0x0F));
+    const std::uint8_t* qs = b.qs + 8 * ib;
+    const std::uint8_t* signs = b.signs + 4 * ib;
+    const unsigned qh = b.qh[ib];
+    for (int l = 0; l < 4; ++l) {
+      const unsigned i0 = qs[2 * l] | (((qh >> (2 * l)) & 1u) << 8);
+      const unsigned i1 = qs[2 * l + 1] | (((qh >> (2 * l + 1)) & 1u) << 8);
+      detail::iq_put_signed<3, 4>(db, ggml_iq::iq3s_grid[i0], ggml_iq::iq3s_book, signs[l], y + 8 * l);
+      detail::iq_put_signed<3, 4>(db, ggml_iq::iq3s_grid[i1], ggml_iq::iq3s_book, signs[l] >> 4u, y + 8 * l + 4);
+    }
+  }
+}
+
+inline void dequantize_block(const block_iq1_s& b, float* y) noexcept {
+  const float d = f16_scale(b.d);
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const unsigned qh = b.qh[ib];
+    const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7u) + 1);
+    const float delta = (qh & 0x8000u) ? -iq1_delta : iq1_delta;
+    for (int l = 0; l < 4; ++l) {
+      const unsigned idx = b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8);
+      detail::iq1_put(dl, ggml_iq::iq1s_grid[idx], delta, y + 8 * l);
+    }
+  }
+}
+
+inline void dequantize_block(const block_iq1_m& b, float* y) noexcept {
+  const float d = f16_scale(iq1_m_scale(b.scales));
+  for (int ib = 0; ib < 8; ++ib, y += 32) {
+    const unsigned sc = b.scales[ib / 2] >> (6 * (ib % 2));
+    // Two scales a group: the first for its first 16 weights, the second for the last 16.
+    const float dl[2] = {d * static_cast<float>(2 * (sc & 7u) + 1), d * static_cast<float>(2 * ((sc >> 3) & 7u) + 1)};
+    for (int l = 0; l < 4; ++l) {
+      const unsigned h = b.qh[2 * ib + l / 2] >> (4 * (l % 2));
+      const unsigned idx = b.qs[4 * ib + l] | ((h & 7u) << 8);
+      detail::iq1_put(dl[l / 2], ggml_iq::iq1s_grid[idx], (h & 8u) ? -iq1_delta : iq1_delta, y + 8 * l);
+    }
+  }
+}
+
 /// Weights per group of dequantize_group: 32 for the types whose blocks decode in groups (Q4_K,
 /// Q6_K), the whole block for the others (whose dequantize_group is dequantize_block). The GPU's
 /// GEMV decodes one group per step, small enough to stay in registers.
@@ -300,7 +426,10 @@ inline void dequantize_row(GgmlType t, const std::byte* src, float* y, std::size
   const auto& info = ggml_type_info(t);
   (void)ggml_row_nbytes(t, n);
   const std::size_t nb = n / info.block_size;
-  if (with_ggml_block(t, [&](auto type) { detail::dequantize_blocks<decltype(type)::value>(src, y, nb); })) return;
+  const auto blocks = [&](auto type) { detail::dequantize_blocks<decltype(type)::value>(src, y, nb); };
+  if (with_ggml_block(t, blocks)) return;
+  // Not in with_ggml_block's list: the CUDA kernels instantiate that, and these read host tables.
+  if (with_ggml_lattice_block(t, blocks)) return;
   switch (t) {
     case GgmlType::f32: detail::convert_plain<float>(src, y, n); return;
     case GgmlType::f16: detail::convert_plain<half>(src, y, n); return;
@@ -310,12 +439,9 @@ inline void dequantize_row(GgmlType t, const std::byte* src, float* y, std::size
     case GgmlType::i16: detail::convert_plain<std::int16_t>(src, y, n); return;
     case GgmlType::i32: detail::convert_plain<std::int32_t>(src, y, n); return;
     case GgmlType::i64: detail::convert_plain<std::int64_t>(src, y, n); return;
-    default: break;  // the lattice IQ types
+    default: break;
   }
-  throw DTypeError("dequantizing " + std::string(info.name) +
-                   " is not supported (the lattice IQ types' code-point grids are not carried); supported: "
-                   "F32 F16 BF16 F64 I8 I16 I32 I64 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K "
-                   "IQ4_NL IQ4_XS TQ1_0 TQ2_0");
+  throw DTypeError("dequantizing " + std::string(info.name) + " is not supported");
 }
 
 /// The float32 cpu tensor of `shape` whose elements are stored as type `t` in `bytes`, rows along
