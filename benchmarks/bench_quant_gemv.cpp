@@ -1,5 +1,5 @@
 // Quantized GEMV (n = 1) and small GEMM (n = 16): quant::ggml_linear for Q8_0, Q4_0, Q4_K, Q6_K,
-// Q5_K, Q3_K, Q2_K, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS and TQ2_0, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8
+// Q5_K, Q3_K, Q2_K, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS, TQ2_0, IQ3_S and IQ2_XS, bitsandbytes' NF4 (quant::gemv_4bit, block 64) and int8
 // (quant::matmul_8bit, LLM.int8 with threshold 6), and bf16 / f16 through ops::linear, for m =
 // 4096 outputs and k = 4096 and 14336, next to llama.cpp's own kernels measured in the same run
 // (test-backend-ops -o MUL_MAT -b CPU perf, when --test-backend-ops gives its path; llama.cpp has
@@ -104,17 +104,18 @@ Tensor make_weights(GgmlType type, std::int64_t m, std::int64_t k, std::mt19937&
   const auto& info = io::ggml_type_info(type);
   const std::uint16_t small = half(0.001f).bits;
   // Every f16 scale, min and dmin small and finite (the packed sub-scales stay random).
-  io::with_ggml_block(type, [&](auto t) {
+  const auto settle = [&](auto t) {
     using B = io::ggml_block_t<decltype(t)::value>;
     for (std::size_t b = 0; b < w.nbytes() / info.type_size; ++b) {
       B blk;
       std::memcpy(&blk, p + b * info.type_size, sizeof(B));
-      if constexpr (std::is_same_v<decltype(B::d), std::uint16_t>) blk.d = small;
+      if constexpr (requires { requires std::is_same_v<decltype(B::d), std::uint16_t>; }) blk.d = small;
       if constexpr (requires { B::dmin; }) blk.dmin = small;
       if constexpr (requires { B::m; }) blk.m = small;
       std::memcpy(p + b * info.type_size, &blk, sizeof(B));
     }
-  });
+  };
+  if (!io::with_ggml_block(type, settle)) io::with_ggml_lattice_block(type, settle);
   return w;
 }
 
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
       {"q5_K", GgmlType::q5_k}, {"q3_K", GgmlType::q3_k}, {"q2_K", GgmlType::q2_k}, {"q5_0", GgmlType::q5_0},
       {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1}, {"iq4_nl", GgmlType::iq4_nl}, {"iq4_xs", GgmlType::iq4_xs},
-      {"tq2_0", GgmlType::tq2_0}, {"q4_0r", GgmlType::q4_0}, {"q8_0r", GgmlType::q8_0},
+      {"tq2_0", GgmlType::tq2_0}, {"iq3_s", GgmlType::iq3_s}, {"iq2_xs", GgmlType::iq2_xs}, {"q4_0r", GgmlType::q4_0}, {"q8_0r", GgmlType::q8_0},
       {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt},
       {"bf16x32", std::nullopt}, {"f16x32", std::nullopt}};
   for (const int k : {4096, 14336}) {

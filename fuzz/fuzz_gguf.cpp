@@ -4,6 +4,7 @@
 // lookups, a view of each tensor's bytes, a Tensor over a plain tensor's bytes, dequantize_ggml
 // over each tensor's bytes and shape), so an accepted header that would make a later read go out
 // of bounds, overflow or disagree with the dequantizer is caught here, not in a user's process.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "accel/io/ggml_dequantize.hpp"
 #include "accel/io/ggml_types.hpp"
 #include "accel/io/gguf.hpp"
+#include "accel/quant/kernels/ggml_dot.hpp"
 
 namespace {
 
@@ -152,6 +154,36 @@ void use_plain(const GgufTensorInfo& t, accel::DType dtype, const std::uint8_t* 
   check(static_cast<std::uint64_t>(v.numel()) == t.numel && v.nbytes() == t.nbytes);
 }
 
+/// The first row's integer dot product at every kernel tier this CPU runs, against a fixed
+/// activation row: the kernels index tables by bytes of the file (the lattice types' points, the
+/// code books), so an accepted tensor must not make them read out of bounds; where everything is
+/// finite the tiers agree with the portable kernel within a share of the terms' magnitude.
+void use_dot(const GgufTensorInfo& t, accel::io::ByteSpan bytes, const std::vector<float>& w) {
+  namespace quant = accel::quant;
+  if (!quant::has_quantized_dot(t.type) || w.empty()) return;
+  const std::size_t n = w.size();
+  if (n % (quant::activation_is_q8_k(t.type) ? 256 : 32) != 0) return;
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<int>(i * 37 % 255) - 127) / 16.0f;
+  quant::ActivationRow a;
+  quant::quantize_activation(t.type, x.data(), n, a);
+  double magnitude = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float xv = quant::activation_is_q8_k(t.type) ? a.q8_k[i / 256].d * a.q8_k[i / 256].qs[i % 256]
+                                                         : accel::io::f16_scale(a.q8_0[i / 32].d) * a.q8_0[i / 32].qs[i % 32];
+    magnitude += std::fabs(static_cast<double>(w[i]) * xv);
+  }
+  const float portable = quant::vec_dot(accel::simd::scalar{}, t.type, n, bytes.data(), a);
+  quant::quant_ladder::for_each([&](auto arch) {
+    using A = decltype(arch);
+    if (!A::supported() || !A::available()) return;
+    const float got = quant::vec_dot(arch, t.type, n, bytes.data(), a);
+    if (std::isfinite(magnitude) && std::isfinite(portable) && std::isfinite(got)) {
+      check(std::fabs(static_cast<double>(got) - portable) <= 1e-4 * magnitude + 1e-3);
+    }
+  });
+}
+
 void use_dequantized(const GgufTensorInfo& t, accel::io::ByteSpan bytes) {
   // Every type the header accepts dequantizes (the table's `dequantizable`, true for all).
   check(accel::io::ggml_type_info(t.type).dequantizable);
@@ -168,6 +200,7 @@ void use_dequantized(const GgufTensorInfo& t, accel::io::ByteSpan bytes) {
       std::vector<float> row(static_cast<std::size_t>(ne0));
       accel::io::dequantize_row(t.type, bytes.data(), row.data(), row.size());
       check(std::memcmp(row.data(), out.data_ptr(), row.size() * sizeof(float)) == 0);
+      use_dot(t, bytes, row);
     }
   } catch (const accel::Error&) {
     std::abort();

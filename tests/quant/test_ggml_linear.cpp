@@ -68,7 +68,7 @@ using accel_test::model_dir;
 /// Every type with integer kernels.
 constexpr GgmlType dot_types[] = {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1,   GgmlType::q5_0,   GgmlType::q5_1,
                                   GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k,   GgmlType::q5_k,   GgmlType::q6_k,
-                                  GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0};
+                                  GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s};
 
 /// `blocks` blocks of `type` where the library has no quantizer for it: deterministic random bytes
 /// (codes, packed sub-scales, Q5's fifth bits, Q3_K's high bits) with the f16 scales and mins set
@@ -77,13 +77,13 @@ void random_blocks(GgmlType type, std::byte* p, std::size_t blocks, unsigned see
   std::mt19937 g(seed);
   const std::size_t size = io::ggml_type_info(type).type_size;
   for (std::size_t i = 0; i < blocks * size; ++i) p[i] = static_cast<std::byte>(g() & 0xFF);
-  io::with_ggml_block(type, [&](auto t) {
+  const auto settle = [&](auto t) {
     using B = io::ggml_block_t<decltype(t)::value>;
     for (std::size_t b = 0; b < blocks; ++b) {
       B blk;
       std::memcpy(&blk, p + b * size, size);
       const float d = 0.01f * static_cast<float>(1 + b % 3);
-      if constexpr (std::is_same_v<decltype(B::d), std::uint16_t>) blk.d = half(d).bits;
+      if constexpr (requires { requires std::is_same_v<decltype(B::d), std::uint16_t>; }) blk.d = half(d).bits;
       if constexpr (requires { B::dmin; }) blk.dmin = half(0.5f * d).bits;
       if constexpr (requires { B::m; }) blk.m = half(-4.0f * d).bits;
       if constexpr (std::is_same_v<B, io::block_q6_k>) {
@@ -91,7 +91,9 @@ void random_blocks(GgmlType type, std::byte* p, std::size_t blocks, unsigned see
       }
       std::memcpy(p + b * size, &blk, size);
     }
-  });
+  };
+  // The lattice types have their own dispatcher (host only).
+  if (!io::with_ggml_block(type, settle)) io::with_ggml_lattice_block(type, settle);
 }
 
 /// The test model as a GGUF file whose 2-D block weights are `type` (Q8_0 or Q4_0, ggml's
@@ -162,7 +164,7 @@ TEST_CASE("quantized dot products equal the float dot of the values the blocks s
 TEST_CASE("ggml_linear matches a float linear layer within the activations' quantization error", "[quant][ggml]") {
   for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
                           GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
-                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0}) {
+                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s}) {
     const std::string tname(io::ggml_type_name(type));
     INFO(tname);
     const auto f = io::GgufFile::open((types_dir / (tname + ".gguf")).string());
@@ -316,7 +318,8 @@ TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size
   }
 }
 
-TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, TQ2_0 give vec_dot's bits",
+TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, TQ2_0, IQ2_XS, IQ3_S give "
+          "vec_dot's bits",
           "[quant][ggml]") {
   // Each block decoded once for up to four activation rows (the one-row kernels are their R = 1),
   // in groups of four and the rest as vec_dot_rows groups them.
@@ -329,7 +332,7 @@ TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4
   std::vector<const ActivationRow*> xs;
   for (auto& a : acts) xs.push_back(&a);
   for (const auto type : {GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q2_k, GgmlType::q3_k, GgmlType::q5_k,
-                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0}) {
+                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s}) {
     INFO(io::ggml_type_name(type));
     // 17 blocks of 32 (two-block steps and a last block) or two super-blocks.
     const std::size_t n = activation_is_q8_k(type) ? 512 : 544, blocks = n / io::ggml_type_info(type).block_size;
@@ -353,6 +356,8 @@ TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4
           case GgmlType::q5_k: quant::detail::dot_q5_k_rows_avx2<R>(n, w, rows, o); break;
           case GgmlType::iq4_nl: quant::detail::dot_iq4_nl_rows_avx2<R>(n, w, rows, o); break;
           case GgmlType::iq4_xs: quant::detail::dot_iq4_xs_rows_avx2<R>(n, w, rows, o); break;
+          case GgmlType::iq2_xs: quant::detail::dot_iq2_xs_rows_avx2<R>(n, w, rows, o); break;
+          case GgmlType::iq3_s: quant::detail::dot_iq3_s_rows_avx2<R>(n, w, rows, o); break;
           default: quant::detail::dot_tq2_0_rows_avx2<R>(n, w, rows, o); break;
         }
       }, xs.data(), count, got.data());

@@ -1,0 +1,190 @@
+// The AVX2 dot products of IQ2_XS and IQ3_S against Q8_K, for R activation rows (the one-row
+// kernels are R = 1, so vec_dot and vec_dot_rows give the same bits):
+//
+//   dot_iq2_xs_rows_avx2<R>(n, w, x, out)    per group of 32: four 64-bit points
+//   dot_iq3_s_rows_avx2<R>(n, w, x, out)     per group of 32: eight 32-bit points
+//
+// A group's 32 coordinates (unsigned, at most 43) come from the point tables of
+// ggml_dot/scalar_lattice.hpp, one load a point; the signs go onto the activation (VPSIGNB), so
+// VPMADDUBSW takes the coordinates as its unsigned operand: at most 2 x 43 x 127 per pair, no
+// saturation. A sign byte (IQ2_XS's 7 stored bits and their parity, made in the register; IQ3_S's
+// explicit ones) is spread over its eight lanes and tested against a bit mask. The points are read
+// by scalar loads at indices made in registers and stored (on Zen 3, 4096 x 14336, 2 threads: a
+// VPGATHERDD of IQ3_S's points took 8.8-11.0 ms, these loads 6.7-7.6; IQ2_XS's sign words read
+// from a table 4.7-5.3 ms, made in the register 3.1-4.4). The group scales (2s + 1) reach the
+// 16-bit lanes by one VPSHUFB of the block's scales (IQ2_XS: a group's first scale in the low
+// lane, its second in the high; IQ3_S: one for both), and VPMADDWD applies them while widening,
+// so a row keeps one integer sum per block, scaled once. Points and signs are made once for the
+// R rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "accel/core/simd_arch.hpp"
+#include "accel/io/ggml_blocks.hpp"
+#include "accel/quant/kernels/ggml_dot/activation.hpp"
+#include "accel/quant/kernels/ggml_dot/avx2.hpp"
+#include "accel/quant/kernels/ggml_dot/scalar_lattice.hpp"
+
+#if ACCEL_SIMD_X86
+#include <immintrin.h>
+
+namespace accel::quant {
+
+namespace detail {
+
+/// A block's packed four-bit scales (`Bytes` of them, low nibble first) as 2s + 1, one byte a
+/// scale in sub-block order, in both 128-bit lanes.
+template <int Bytes>
+ACCEL_TARGET_AVX2 inline __m256i lattice_scales_avx2(const std::byte* scales) noexcept {
+  std::uint64_t packed = 0;
+  std::memcpy(&packed, scales, Bytes);
+  const __m128i s = _mm_cvtsi64_si128(static_cast<long long>(packed)), low4 = _mm_set1_epi8(0x0F);
+  const __m128i nibbles = _mm_unpacklo_epi8(_mm_and_si128(s, low4), _mm_and_si128(_mm_srli_epi16(s, 4), low4));
+  return _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(nibbles, nibbles), _mm_set1_epi8(1)));
+}
+
+/// Sixteen 16-bit lanes from `scales` (lattice_scales_avx2): byte `lo` in the low 128 bits, byte
+/// `hi` in the high; a selector byte with its top bit set gives 0, so the high bytes stay clear.
+ACCEL_TARGET_AVX2 inline __m256i pick_scales_avx2(__m256i scales, int lo, int hi) noexcept {
+  const __m256i select = _mm256_setr_epi16(0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00,
+                                           0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00);
+  return _mm256_shuffle_epi8(scales, _mm256_or_si256(select, _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(lo)),
+                                                                                 _mm_set1_epi16(static_cast<short>(hi)))));
+}
+
+/// Sums of |coordinate| x (signed activation) per group of 32 for R rows, scaled per 16 lanes
+/// and widened into each row's int32 sum.
+template <int R>
+ACCEL_TARGET_AVX2 inline void lattice_group_avx2(__m256i coords, __m256i signs, __m256i scale, const ActivationRow* const* x,
+                                                 std::size_t offset, __m256i* sumi) noexcept {
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256i q8 = load32_avx2(x[r]->q8_k[offset / 256].qs + offset % 256);
+    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(coords, _mm256_sign_epi8(q8, signs)), scale));
+  }
+}
+
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq2_xs_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                              float* out) noexcept {
+  // Bit 7 of a sign byte: the parity of its 7 stored bits (io::iq2_signs), looked up by nibble.
+  const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
+                                          -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+  const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL), one = _mm256_set1_epi8(1), low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const std::byte* p = w + b * sizeof(io::block_iq2_xs);
+    prefetch_ahead<2>(p);  // 74 bytes a block
+    const __m256i scales = lattice_scales_avx2<8>(p + offsetof(io::block_iq2_xs, scales));
+    __m256i sumi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      // Sixteen points (groups 4 half .. 4 half + 3): their indices through memory, one scalar
+      // load each (extracting them from the register costs more), and their sign bytes in the
+      // low byte of each 16-bit lane.
+      const __m256i q = load32_avx2(p + offsetof(io::block_iq2_xs, qs) + 32 * half);
+      alignas(32) std::uint16_t index[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(index), _mm256_and_si256(q, _mm256_set1_epi16(511)));
+      const __m256i stored = _mm256_srli_epi16(q, 9);
+      const __m256i sign_bytes =
+          _mm256_or_si256(stored, _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_xor_si256(stored, _mm256_srli_epi16(stored, 4)), low4)));
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const std::uint16_t* i = index + 4 * k;
+        const __m256i coords = _mm256_setr_epi64x(static_cast<long long>(iq2xs_points[i[0]]), static_cast<long long>(iq2xs_points[i[1]]),
+                                                  static_cast<long long>(iq2xs_points[i[2]]), static_cast<long long>(iq2xs_points[i[3]]));
+        // Point j's sign byte (byte 2j of its 128-bit lane) over its eight lanes.
+        const __m256i lane = _mm256_permute2x128_si256(sign_bytes, sign_bytes, k < 2 ? 0x00 : 0x11);
+        const char o = static_cast<char>(8 * (k % 2));
+        const __m256i spread = _mm256_setr_epi8(o, o, o, o, o, o, o, o, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 4, o + 4,
+                                                o + 4, o + 4, o + 4, o + 4, o + 4, o + 4, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6);
+        const __m256i signs = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(lane, spread), bits), bits), one);
+        const int g = 4 * half + k;
+        lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, 2 * g, 2 * g + 1), x, 256 * b + 32 * g, sumi);
+      }
+    }
+    const float dw = scale_at(p);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r]->q8_k[b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = 0.125f * hsum8_avx2(acc[r]);
+}
+
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq3_s_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                             float* out) noexcept {
+  // Sign byte l of a group covers its lanes 8l .. 8l + 7, bit j lane 8l + j.
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL), one = _mm256_set1_epi8(1);
+  // The ninth bit of point k's index (of a pair of groups) is bit k of their two qh bytes.
+  const __m256i high_bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, -32768);
+  const __m256i ninth = _mm256_set1_epi16(256);
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const std::byte* p = w + b * sizeof(io::block_iq3_s);
+    prefetch_ahead<2>(p);  // 110 bytes a block
+    const __m256i scales = lattice_scales_avx2<4>(p + offsetof(io::block_iq3_s, scales));
+    const std::byte* qs = p + offsetof(io::block_iq3_s, qs);
+    const std::byte* qh = p + offsetof(io::block_iq3_s, qh);
+    const std::byte* sg = p + offsetof(io::block_iq3_s, signs);
+    __m256i sumi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int pair = 0; pair < 4; ++pair) {
+      // Sixteen 9-bit indices made in a register and read back one scalar load each (a gather
+      // or extracting them from the register costs more on Zen 3).
+      std::uint16_t h;
+      std::memcpy(&h, qh + 2 * pair, 2);
+      const __m256i low = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * pair)));
+      const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h)), high_bit), high_bit), ninth);
+      alignas(32) std::uint16_t index[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(index), _mm256_or_si256(low, high));
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        const int g = 2 * pair + e;
+        const std::uint16_t* i = index + 8 * e;
+        const __m256i coords = _mm256_setr_epi32(static_cast<int>(iq3s_points[i[0]]), static_cast<int>(iq3s_points[i[1]]),
+                                                 static_cast<int>(iq3s_points[i[2]]), static_cast<int>(iq3s_points[i[3]]),
+                                                 static_cast<int>(iq3s_points[i[4]]), static_cast<int>(iq3s_points[i[5]]),
+                                                 static_cast<int>(iq3s_points[i[6]]), static_cast<int>(iq3s_points[i[7]]));
+        std::uint32_t sign_bits;
+        std::memcpy(&sign_bits, sg + 4 * g, 4);
+        const __m256i spread_bits = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(sign_bits)), spread);
+        const __m256i signs = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread_bits, bits), bits), one);
+        lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, g, g), x, 256 * b + 32 * g, sumi);
+      }
+    }
+    const float dw = scale_at(p);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r]->q8_k[b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(acc[r]);
+}
+
+}  // namespace detail
+
+ACCEL_TARGET_AVX2 inline float dot_iq2_xs(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                          const ActivationRow& x) noexcept {
+  return detail::one_row<detail::dot_iq2_xs_rows_avx2<1>>(n, w, x);
+}
+
+ACCEL_TARGET_AVX2 inline float dot_iq3_s(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                         const ActivationRow& x) noexcept {
+  return detail::one_row<detail::dot_iq3_s_rows_avx2<1>>(n, w, x);
+}
+
+}  // namespace accel::quant
+
+#endif
