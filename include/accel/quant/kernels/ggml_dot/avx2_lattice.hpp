@@ -101,7 +101,8 @@ template <int R>
         const __m256i coords = _mm256_setr_epi64x(static_cast<long long>(iq2xs_points[i[0]]), static_cast<long long>(iq2xs_points[i[1]]),
                                                   static_cast<long long>(iq2xs_points[i[2]]), static_cast<long long>(iq2xs_points[i[3]]));
         // Point j's sign byte (byte 2j of its 128-bit lane) over its eight lanes.
-        const __m256i lane = _mm256_permute2x128_si256(sign_bytes, sign_bytes, k < 2 ? 0x00 : 0x11);
+        const __m256i lane = k < 2 ? _mm256_permute2x128_si256(sign_bytes, sign_bytes, 0x00)
+                                   : _mm256_permute2x128_si256(sign_bytes, sign_bytes, 0x11);
         const char o = static_cast<char>(8 * (k % 2));
         const __m256i spread = _mm256_setr_epi8(o, o, o, o, o, o, o, o, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 4, o + 4,
                                                 o + 4, o + 4, o + 4, o + 4, o + 4, o + 4, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6);
