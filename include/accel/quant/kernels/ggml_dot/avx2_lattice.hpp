@@ -67,6 +67,32 @@ ACCEL_TARGET_AVX2 inline void lattice_group_avx2(__m256i coords, __m256i signs, 
   }
 }
 
+/// The frame both kernels share: per 256-element block of type B at w, block(p, b, sumi) adds
+/// each row's integer sums (sumi[r] starts at zero), and row r's float sum takes d x a.d x sumi
+/// (d the block's f16 scale at offset 0, a.d the activation block's); out[r] = factor x the sum.
+/// `block` is an always-inlined lambda under the AVX2 target (a lambda does not inherit its
+/// enclosing function's target).
+template <class B, int R, class Block>
+[[gnu::always_inline]] ACCEL_TARGET_AVX2 inline void lattice_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                                     float* out, float factor, Block block) noexcept {
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    const std::byte* p = w + b * sizeof(B);
+    prefetch_ahead<2>(p);  // IQ2_XS 74 bytes a block, IQ3_S 110
+    __m256i sumi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
+    block(p, b, sumi);
+    const float dw = scale_at(p);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r]->q8_k[b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = factor * hsum8_avx2(acc[r]);
+}
+
 template <int R>
 [[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq2_xs_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                               float* out) noexcept {
@@ -74,16 +100,8 @@ template <int R>
   const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
                                           -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
   const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL), one = _mm256_set1_epi8(1), low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (std::size_t b = 0; b < n / 256; ++b) {
-    const std::byte* p = w + b * sizeof(io::block_iq2_xs);
-    prefetch_ahead<2>(p);  // 74 bytes a block
+  const auto block = [&](const std::byte* p, std::size_t b, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
     const __m256i scales = lattice_scales_avx2<8>(p + offsetof(io::block_iq2_xs, scales));
-    __m256i sumi[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
       // Sixteen points (groups 4 half .. 4 half + 3): their indices through memory, one scalar
@@ -111,12 +129,8 @@ template <int R>
         lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, 2 * g, 2 * g + 1), x, 256 * b + 32 * g, sumi);
       }
     }
-    const float dw = scale_at(p);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r]->q8_k[b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) out[r] = 0.125f * hsum8_avx2(acc[r]);
+  };
+  lattice_rows_avx2<io::block_iq2_xs, R>(n, w, x, out, 0.125f, block);
 }
 
 template <int R>
@@ -128,19 +142,11 @@ template <int R>
   // The ninth bit of point k's index (of a pair of groups) is bit k of their two qh bytes.
   const __m256i high_bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, -32768);
   const __m256i ninth = _mm256_set1_epi16(256);
-  __m256 acc[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (std::size_t b = 0; b < n / 256; ++b) {
-    const std::byte* p = w + b * sizeof(io::block_iq3_s);
-    prefetch_ahead<2>(p);  // 110 bytes a block
+  const auto block = [&](const std::byte* p, std::size_t b, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
     const __m256i scales = lattice_scales_avx2<4>(p + offsetof(io::block_iq3_s, scales));
     const std::byte* qs = p + offsetof(io::block_iq3_s, qs);
     const std::byte* qh = p + offsetof(io::block_iq3_s, qh);
     const std::byte* sg = p + offsetof(io::block_iq3_s, signs);
-    __m256i sumi[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int pair = 0; pair < 4; ++pair) {
       // Sixteen 9-bit indices made in a register and read back one scalar load each (a gather
@@ -166,12 +172,8 @@ template <int R>
         lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, g, g), x, 256 * b + 32 * g, sumi);
       }
     }
-    const float dw = scale_at(p);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r]->q8_k[b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) out[r] = hsum8_avx2(acc[r]);
+  };
+  lattice_rows_avx2<io::block_iq3_s, R>(n, w, x, out, 1.0f, block);
 }
 
 }  // namespace detail
