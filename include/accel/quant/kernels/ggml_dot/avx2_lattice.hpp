@@ -9,7 +9,8 @@
 // VPMADDUBSW takes the coordinates as its unsigned operand: at most 2 x 43 x 127 per pair, no
 // saturation. A sign byte (IQ2_XS's 7 stored bits and their parity, made in the register; IQ3_S's
 // explicit ones) is spread over its eight lanes and tested against a bit mask. The points are read
-// by scalar loads at indices made in registers and stored (on Zen 3, 4096 x 14336, 2 threads: a
+// by scalar loads at indices made in a register (GCC takes them out by VPEXTRW; forcing them
+// through memory cost IQ3_S a third more, store forwarding) (on Zen 3, 4096 x 14336, 2 threads: a
 // VPGATHERDD of IQ3_S's points took 8.8-11.0 ms, these loads 6.7-7.6; IQ2_XS's sign words read
 // from a table 4.7-5.3 ms, made in the register 3.1-4.4). The group scales (2s + 1) reach the
 // 16-bit lanes by one VPSHUFB of the block's scales (IQ2_XS: a group's first scale in the low
@@ -18,6 +19,7 @@
 // R rows.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,29 +48,37 @@ ACCEL_TARGET_AVX2 inline __m256i lattice_scales_avx2(const std::byte* scales) no
   return _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(nibbles, nibbles), _mm_set1_epi8(1)));
 }
 
-/// Sixteen 16-bit lanes from `scales` (lattice_scales_avx2): byte `lo` in the low 128 bits, byte
-/// `hi` in the high; a selector byte with its top bit set gives 0, so the high bytes stay clear.
-ACCEL_TARGET_AVX2 inline __m256i pick_scales_avx2(__m256i scales, int lo, int hi) noexcept {
-  const __m256i select = _mm256_setr_epi16(0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00,
-                                           0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00, 0xFF00);
-  return _mm256_shuffle_epi8(scales, _mm256_or_si256(select, _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(lo)),
-                                                                                 _mm_set1_epi16(static_cast<short>(hi)))));
+/// VPSHUFB selectors that turn `scales` (lattice_scales_avx2) into sixteen 16-bit lanes for group
+/// g: scale byte Step g in the low 128 bits, Step g + High in the high; a selector byte with its
+/// top bit set gives 0, so each lane's high byte stays clear. In memory, so the shuffle reads its
+/// selector as an operand (built in registers, they cost a tenth of a block's instructions).
+template <int Step, int High>
+inline constexpr auto lattice_scale_pick = [] {
+  std::array<std::array<std::int8_t, 32>, 8> out{};
+  for (int g = 0; g < 8; ++g) {
+    for (int i = 0; i < 32; ++i) out[g][i] = static_cast<std::int8_t>(i % 2 ? -128 : Step * g + (i < 16 ? 0 : High));
+  }
+  return out;
+}();
+
+ACCEL_TARGET_AVX2 inline __m256i pick_scales_avx2(__m256i scales, const std::array<std::int8_t, 32>& select) noexcept {
+  return _mm256_shuffle_epi8(scales, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(select.data())));
 }
 
-/// Sums of |coordinate| x (signed activation) per group of 32 for R rows, scaled per 16 lanes
-/// and widened into each row's int32 sum.
+/// Sums of |coordinate| x (signed activation) per group of 32 for R rows (q8[r]: the group's 32
+/// activation ints of row r), scaled per 16 lanes and widened into each row's int32 sum.
 template <int R>
-ACCEL_TARGET_AVX2 inline void lattice_group_avx2(__m256i coords, __m256i signs, __m256i scale, const ActivationRow* const* x,
-                                                 std::size_t offset, __m256i* sumi) noexcept {
+ACCEL_TARGET_AVX2 inline void lattice_group_avx2(__m256i coords, __m256i signs, __m256i scale, const std::int8_t* const* q8,
+                                                 int offset, __m256i* sumi) noexcept {
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const __m256i q8 = load32_avx2(x[r]->q8_k[offset / 256].qs + offset % 256);
-    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(coords, _mm256_sign_epi8(q8, signs)), scale));
+    const __m256i a = load32_avx2(q8[r] + offset);
+    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(coords, _mm256_sign_epi8(a, signs)), scale));
   }
 }
 
-/// The frame both kernels share: per 256-element block of type B at w, block(p, b, sumi) adds
-/// each row's integer sums (sumi[r] starts at zero), and row r's float sum takes d x a.d x sumi
+/// The frame both kernels share: per 256-element block of type B at w, block(p, q8, sumi) adds
+/// each row's integer sums (sumi[r] starts at zero; q8[r] the row's activation ints of the block), and row r's float sum takes d x a.d x sumi
 /// (d the block's f16 scale at offset 0, a.d the activation block's); out[r] = factor x the sum.
 /// `block` is an always-inlined lambda under the AVX2 target (a lambda does not inherit its
 /// enclosing function's target).
@@ -82,9 +92,10 @@ template <class B, int R, class Block>
     const std::byte* p = w + b * sizeof(B);
     prefetch_ahead<2>(p);  // IQ2_XS 74 bytes a block, IQ3_S 110
     __m256i sumi[R];
+    const std::int8_t* q8[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
-    block(p, b, sumi);
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256(), q8[r] = x[r]->q8_k[b].qs;
+    block(p, q8, sumi);
     const float dw = scale_at(p);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[r]->q8_k[b].d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
@@ -100,12 +111,11 @@ template <int R>
   const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
                                           -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
   const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL), one = _mm256_set1_epi8(1), low4 = _mm256_set1_epi8(0x0F);
-  const auto block = [&](const std::byte* p, std::size_t b, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
+  const auto block = [&](const std::byte* p, const std::int8_t* const* q8, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
     const __m256i scales = lattice_scales_avx2<8>(p + offsetof(io::block_iq2_xs, scales));
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
-      // Sixteen points (groups 4 half .. 4 half + 3): their indices through memory, one scalar
-      // load each (extracting them from the register costs more), and their sign bytes in the
+      // Sixteen points (groups 4 half .. 4 half + 3): their indices, and their sign bytes in the
       // low byte of each 16-bit lane.
       const __m256i q = load32_avx2(p + offsetof(io::block_iq2_xs, qs) + 32 * half);
       alignas(32) std::uint16_t index[16];
@@ -126,7 +136,7 @@ template <int R>
                                                 o + 4, o + 4, o + 4, o + 4, o + 4, o + 4, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6, o + 6);
         const __m256i signs = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(lane, spread), bits), bits), one);
         const int g = 4 * half + k;
-        lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, 2 * g, 2 * g + 1), x, 256 * b + 32 * g, sumi);
+        lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, lattice_scale_pick<2, 1>[g]), q8, 32 * g, sumi);
       }
     }
   };
@@ -142,15 +152,14 @@ template <int R>
   // The ninth bit of point k's index (of a pair of groups) is bit k of their two qh bytes.
   const __m256i high_bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, -32768);
   const __m256i ninth = _mm256_set1_epi16(256);
-  const auto block = [&](const std::byte* p, std::size_t b, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
+  const auto block = [&](const std::byte* p, const std::int8_t* const* q8, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
     const __m256i scales = lattice_scales_avx2<4>(p + offsetof(io::block_iq3_s, scales));
     const std::byte* qs = p + offsetof(io::block_iq3_s, qs);
     const std::byte* qh = p + offsetof(io::block_iq3_s, qh);
     const std::byte* sg = p + offsetof(io::block_iq3_s, signs);
 #pragma GCC unroll 4
     for (int pair = 0; pair < 4; ++pair) {
-      // Sixteen 9-bit indices made in a register and read back one scalar load each (a gather
-      // or extracting them from the register costs more on Zen 3).
+      // Sixteen 9-bit indices made in a register, each then a scalar load's index.
       std::uint16_t h;
       std::memcpy(&h, qh + 2 * pair, 2);
       const __m256i low = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * pair)));
@@ -169,7 +178,7 @@ template <int R>
         std::memcpy(&sign_bits, sg + 4 * g, 4);
         const __m256i spread_bits = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(sign_bits)), spread);
         const __m256i signs = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread_bits, bits), bits), one);
-        lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, g, g), x, 256 * b + 32 * g, sumi);
+        lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, lattice_scale_pick<1, 0>[g]), q8, 32 * g, sumi);
       }
     }
   };
