@@ -6,6 +6,7 @@
 #include "../temp_dir.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -209,4 +210,39 @@ TEST_CASE("from_pretrained places a model quantized on load under a budget, bloc
   REQUIRE(placed.offload_stream());
   CHECK(placed.offload_stream()->depth() == placed.offload_depth);
   CHECK(logits(placed) == want);
+}
+
+TEST_CASE("the reserve a split plans for a quantized model is sized from its quantized blocks", "[engine][quant]") {
+  // Across processes, from_pretrained plans generation's reserve before the split loader runs:
+  // on a scratch meta model with the quantizer's layers swapped in, as the single-process path
+  // plans it, so the read-ahead buffer is one quantized block, not its float twin.
+  const quant::BitsAndBytesConfig nf4{.load_in_4bit = true, .bnb_4bit_quant_type = quant::BnbQuantType::nf4};
+  auto whole = engine::from_pretrained(model_dir("tiny_llama"), {.quantize = quant::BnbQuantizer(nf4)});
+  const engine::FromPretrainedOptions o{.device_map = std::string("auto"),
+                                        .max_memory = plan::MaxMemory{{Placement::cpu(), ByteSize(weight_bytes(whole) / 2 + 64000)}},
+                                        .offload_depth = 1,
+                                        .reserve_tokens = 16,
+                                        .quantize = quant::BnbQuantizer(nf4)};
+  auto placed = engine::from_pretrained(model_dir("tiny_llama"), o);
+  REQUIRE(placed.generation);
+  const auto config = dispatch::read_model_config(model_dir("tiny_llama"));
+  const auto planned = engine::detail::planned_generation_reserve(
+      model_dir("tiny_llama"), config, engine::detail::load_options(model_dir("tiny_llama"), config, o), o, 1);
+  CHECK(planned.layer == placed.generation->layer);
+  CHECK(planned.largest_layer == placed.generation->largest_layer);
+  CHECK(planned.depth == placed.generation->depth);
+  CHECK(placed.placed_bytes().count("disk") == 1);
+  REQUIRE(planned.reservations.size() == placed.generation->reservations.size());
+  for (std::size_t i = 0; i < planned.reservations.size(); ++i) {
+    CHECK(planned.reservations[i].what == placed.generation->reservations[i].what);
+    CHECK(planned.reservations[i].bytes == placed.generation->reservations[i].bytes);
+  }
+  engine::FromPretrainedOptions f = o;
+  f.quantize.reset();
+  f.max_memory = plan::MaxMemory{{Placement::cpu(), ByteSize(weight_bytes(whole) * 2 + 64000)}};
+  const auto as_float = engine::detail::planned_generation_reserve(
+      model_dir("tiny_llama"), config, engine::detail::load_options(model_dir("tiny_llama"), config, f), f, 1);
+  std::printf("[engine] read-ahead buffer of tiny_llama: float %lld bytes, nf4 %lld bytes\n",
+              static_cast<long long>(as_float.layer.floor_bytes()), static_cast<long long>(planned.layer.floor_bytes()));
+  CHECK(planned.layer < as_float.layer);
 }

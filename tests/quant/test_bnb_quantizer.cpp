@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accel/core/memory_stats.hpp"
+#include "accel/dispatch/dispatch_model.hpp"
 #include "accel/dispatch/load_pretrained.hpp"
 #include "accel/io/checkpoint_files.hpp"
 #include "accel/io/load_state_dict.hpp"
@@ -723,6 +724,125 @@ TEST_CASE("state tensors handed to create_quantized_param after their weight com
   CHECK(r.missing_keys.empty());
   layers_match(lm2->module());
   // A GPU placement quantizes on the CPU and moves the bytes there: tests/cuda_kernels runs it.
+}
+
+TEST_CASE("llm_int8_has_fp16_weight keeps the float weights and gives LLM.int8()'s outputs", "[bnb]") {
+  for (const std::string model : {"tiny_llama", "tiny_gpt2"}) {
+    INFO(model);
+    auto ref = load(model_dir(model));
+    auto int8 = load(model_dir(model), BnbQuantizer({.load_in_8bit = true}));
+    BnbQuantizer q({.load_in_8bit = true, .llm_int8_has_fp16_weight = true});
+    auto p = load(model_dir(model), q);
+    nn::Module& root = p.model->module();
+    CHECK(count_layers(root, "Linear8bitLt") == (model == "tiny_llama" ? 14u : 8u));
+    CHECK(p.load.missing_keys.empty());
+    CHECK(p.load.unexpected_keys.empty());
+    for (const auto& [n, m] : root.named_modules()) {
+      auto* l = dynamic_cast<Linear8bitLt*>(m);
+      if (!l) continue;
+      INFO(n);
+      CHECK(l->options().has_fp16_weights);
+      CHECK(l->holds_float_weight());
+      CHECK(l->weight().dtype() == DType::f32);
+      CHECK_FALSE(root.find_buffer(n + ".SCB"));  // bnb neither holds nor saves one then
+      CHECK_FALSE(root.find_buffer(n + ".weight_format"));
+      const Tensor f = ref.model->module().get_parameter(n + ".weight");
+      CHECK(l->weight().to_vector<float>() == (model == "tiny_gpt2" ? f.t().contiguous() : f).to_vector<float>());
+      CHECK(l->dequantized_weight().to_vector<float>() == l->weight().to_vector<float>());
+      // Quantized per call as Int8Params quantizes on load: the codes of the int8 model.
+      const auto& q8 = dynamic_cast<const Linear8bitLt&>(int8.model->module().get_submodule(n));
+      const Int8Weight w = l->int8_weight();
+      CHECK(w.CB.to_vector<std::int8_t>() == q8.weight().to_vector<std::int8_t>());
+      CHECK(w.SCB.to_vector<float>() == q8.SCB().to_vector<float>());
+      CHECK_THROWS_AS(l->set_quantized(q8.int8_weight()), ValueError);
+    }
+    const auto want = logits_of(int8);
+    CHECK(logits_of(p) == want);
+
+    // Saved as bnb saves such a model: float weights, no SCB, the flag in the config; read back so.
+    accel_test::TempDir dir;
+    save_bnb_model(root, p.config, dir.path);
+    const auto cfg = read_json(dir.path / "config.json");
+    CHECK(cfg.at("quantization_config").at("llm_int8_has_fp16_weight") == true);
+    CHECK(cfg.at("quantization_config").at("load_in_8bit") == true);
+    const auto saved = io::SafetensorsFile::open(dir.file("model.safetensors"));
+    const std::string layer = model == "tiny_llama" ? "model.layers.0.self_attn.q_proj" : "transformer.h.0.attn.c_attn";
+    CHECK(saved.info(layer + ".weight").dtype == DType::f32);
+    for (const auto& k : saved.keys()) CHECK_FALSE((k.ends_with(".SCB") || k.ends_with(".weight_format")));
+    auto back = load(dir.path, BnbQuantizer::from_model_config(cfg));
+    CHECK(count_layers(back.model->module(), "Linear8bitLt") == count_layers(root, "Linear8bitLt"));
+    CHECK(dynamic_cast<Linear8bitLt&>(back.model->module().get_submodule(layer)).options().has_fp16_weights);
+    CHECK(back.load.missing_keys.empty());
+    CHECK(logits_of(back) == want);
+  }
+}
+
+TEST_CASE("offload_8bit_bnb: int8 layers on disk offloaded as codes and SCB, or as their float weights", "[bnb]") {
+  // Accelerate's load_checkpoint_in_model: with offload_8bit_bnb the weight is quantized and its
+  // codes go to disk with SCB beside them; without (its default) the float weight goes as it is
+  // and the layer quantizes it per call. Both give the logits of the model in memory.
+  for (const std::string model : {"tiny_llama", "tiny_gpt2"}) {
+    const auto config = read_json(model_dir(model) / "config.json");
+    const std::string weights = io::resolve_checkpoint_folder(model_dir(model)).path.string();
+    const std::vector<std::string> files = io::resolve_checkpoint_files(weights);
+    const std::string block = model == "tiny_llama" ? "model.layers.1" : "transformer.h.1";
+    const std::string layer = model == "tiny_llama" ? block + ".mlp.up_proj" : block + ".mlp.c_fc";
+    auto quantized = [&](const std::optional<plan::DeviceMap>& dm, const std::optional<std::string>& off, bool codes,
+                         bool buffers = false) {
+      std::shared_ptr<models::CausalLM> lm;
+      {
+        auto guard = nn::init_empty_weights(false);
+        lm = models::causal_lm_from_hf_config(config, DType::f32);
+      }
+      BnbQuantizer q({.load_in_8bit = true});
+      q.preprocess_model(lm->module(), files);
+      const auto r = dispatch::load_checkpoint_in_model(
+          lm->module(), weights,
+          {.device_map = dm, .offload_folder = off, .offload_buffers = buffers, .show_progress = false,
+           .quantizer = dispatch::AnyQuantizer(q), .offload_8bit_bnb = codes});
+      CHECK(r.missing_keys.empty());
+      CHECK(r.unexpected_keys.empty());
+      if (dm) dispatch::dispatch_model(lm->module(), *dm, {.offload_dir = off, .offload_buffers = buffers});
+      return lm;
+    };
+    auto mem = quantized(std::nullopt, std::nullopt, true);
+    const auto want = mem->logits(prompt()).to_vector<float>();
+    plan::DeviceMap dm;
+    for (const auto& named : {mem->module().named_parameters(), mem->module().named_buffers()}) {
+      for (const auto& [name, t] : named) {
+        if (!name.starts_with(block + ".")) dm.set(name, Placement::cpu());
+      }
+    }
+    dm.set(block, Placement::disk());
+    for (const bool codes : {true, false}) {
+      INFO(model << (codes ? " offload_8bit_bnb" : " without offload_8bit_bnb"));
+      accel_test::TempDir dir;
+      const std::string off = (dir.path / "offload").string();
+      auto lm = quantized(dm, off, codes);
+      const io::OffloadIndex index = io::read_offload_index(off);
+      REQUIRE(index.contains(layer + ".weight"));
+      CHECK(index.at(layer + ".weight").at("dtype") == (codes ? "int8" : "float32"));
+      CHECK(index.contains(layer + ".SCB") == codes);
+      const Tensor on_disk = io::load_offload_entry(layer + ".weight", index.at(layer + ".weight"), off);
+      const auto& in_memory = dynamic_cast<const Linear8bitLt&>(mem->module().get_submodule(layer));
+      if (codes) {
+        CHECK(on_disk.to_vector<std::int8_t>() == in_memory.weight().to_vector<std::int8_t>());
+      } else {
+        // [out, in] whatever the checkpoint's layout (GPT-2's Conv1D stores [in, out]).
+        CHECK(on_disk.shape() == in_memory.weight().shape());
+        CHECK(quantize_int8_weight(on_disk).CB.to_vector<std::int8_t>() == in_memory.weight().to_vector<std::int8_t>());
+      }
+      CHECK(lm->logits(prompt()).to_vector<float>() == want);
+      if (!codes) {
+        // The layer's buffers go beside its float weight when buffers are offloaded too.
+        accel_test::TempDir dir2;
+        const std::string off2 = (dir2.path / "offload").string();
+        auto lb = quantized(dm, off2, false, true);
+        CHECK(io::read_offload_index(off2).contains(layer + ".SCB"));
+        CHECK(lb->logits(prompt()).to_vector<float>() == want);
+      }
+    }
+  }
 }
 
 }  // namespace quant_bnb_quantizer_test

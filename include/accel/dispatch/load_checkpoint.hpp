@@ -30,10 +30,9 @@
 //   modules it names are marked (nn::Module::keeps_fp32), so that they compute in float32 inside a
 //   model compiled for a lower precision, as transformers runs them.
 // - Missing keys are reported with a device map too; a name tied to a loaded name is not missing.
-// - No `offload_8bit_bnb`: a quantized layer placed on "disk" always goes to the offload folder
-//   with what its quantizer filled, a bitsandbytes int8 weight with its SCB beside it (what
-//   Accelerate does with offload_8bit_bnb=True; with False it writes the codes without the scales
-//   they need).
+// - `offload_8bit_bnb` concerns bitsandbytes int8 layers only, as in Accelerate; the other
+//   quantized layers placed on "disk" (bitsandbytes 4-bit included, which Accelerate refuses
+//   there) always go to the offload folder quantized.
 // - `disable_mmap` (Accelerate has none; diffusers reads the whole file into memory instead): the
 //   files are still mapped to be read, and what changes is where CPU weights live. Decoding reads
 //   every weight per token, and each 4 KiB page of a mapping costs a TLB entry. Where the kernel
@@ -122,6 +121,13 @@ struct LoadCheckpointOptions {
   /// them. Not in Accelerate's signature (transformers and Diffusers thread it through their own
   /// loading loop).
   std::optional<AnyQuantizer> quantizer{};
+  /// A bitsandbytes int8 layer (Linear8bitLt) placed on "disk" whose checkpoint weight is float:
+  /// true quantizes it on the CPU and offloads the codes with SCB beside them (Accelerate's
+  /// quantize_and_offload_8bit; what load_and_quantize_model and load_pretrained_causal_lm ask);
+  /// false, Accelerate's default, offloads the float weight as it is (in `dtype`, [out, in]) and
+  /// the layer quantizes it on each call its hook brings it in: the same outputs, a folder twice
+  /// the size and the quantization repeated per call. A weight stored int8 is offloaded as stored.
+  bool offload_8bit_bnb = false;
 };
 
 /// What load_checkpoint_in_model did.
@@ -328,7 +334,7 @@ class CheckpointLoader {
     nn::Parameter* cell = it->second.get();
     const Tensor old = cell->data;
     if (o_.quantizer && o_.quantizer->check_if_quantized_param(model_, value, name)) {
-      place_quantized(name, cell, old, value, file);
+      if (!offload_unquantized(name, cell, value, file, safetensors_path)) place_quantized(name, cell, old, value, file);
       return;
     }
     if (old.defined() && old.shape() != value.shape()) {
@@ -366,6 +372,36 @@ class CheckpointLoader {
     }
     nn::set_module_tensor_to_device(model_, name, device, value, new_dtype);
     if (!device.is_meta()) materialised_.insert(cell);
+  }
+
+  /// Without offload_8bit_bnb, a claimed weight of a layer placed on disk that the quantizer
+  /// gives back as a float tensor (bitsandbytes int8: [out, in], whatever the checkpoint's layout)
+  /// goes to the offload folder as a float disk weight does, its cell parked on meta in that
+  /// dtype, and the layer's buffers (made ready by the quantizer) with it under offload_buffers.
+  /// True when `name` was such a weight.
+  bool offload_unquantized(const std::string& name, nn::Parameter* cell, const Tensor& value, const std::string& file,
+                           const std::string* safetensors_path) {
+    if (o_.offload_8bit_bnb || materialised_.count(cell) || !placement_of(name, cell->data, file).is_disk()) return false;
+    const std::optional<Tensor> f = o_.quantizer->offload_unquantized(model_, value, name);
+    if (!f) return false;
+    DType target = f->dtype();
+    if (o_.dtype) target = in_keep_in_fp32_modules(name, o_.keep_in_fp32_modules) ? DType::f32 : *o_.dtype;
+    loaded_.insert(cell);
+    cell->data = Tensor::empty(f->shape(), target, Device::meta());
+    if (safetensors_path && f->data_ptr() == value.data_ptr() && f->shape() == value.shape() && f->is_contiguous()) {
+      offload_index_.set(name, {{"safetensors_file", *safetensors_path}, {"weight_name", name},
+                                {"dtype", std::string(dtype_name(target))}});
+    } else {
+      io::offload_weight(f->to(Device::cpu(), target).contiguous(), name, *o_.offload_folder, offload_index_);
+    }
+    if (!o_.offload_buffers) return true;
+    const std::string owner = owner_of(name);
+    for (auto& [leaf, p] : model_.get_submodule(owner).named_buffer_cells("", /*recurse=*/false)) {
+      const std::string full = owner.empty() ? leaf : owner + "." + leaf;
+      if (p->data.defined() && !p->data.is_meta() && !offload_index_.contains(full))
+        io::offload_weight(p->data, full, *o_.offload_folder, offload_index_);
+    }
+    return true;
   }
 
   /// The weight a state tensor belongs to: the nearest enclosing name that is a cell ("<m>.weight"

@@ -224,7 +224,8 @@ inline PretrainedModel load_pretrained_causal_lm(const std::filesystem::path& fo
                            .show_progress = options.show_progress,
                            .progress = options.progress,
                            .disable_mmap = options.disable_mmap,
-                           .quantizer = options.quantizer};
+                           .quantizer = options.quantizer,
+                           .offload_8bit_bnb = true};  // int8 layers on disk offloaded as codes
   out.offload_depth = options.offload_depth;
   bool has_disk = false;
   // The quantizer's default placement (transformers' update_device_map), for an explicit map or

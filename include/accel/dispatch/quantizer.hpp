@@ -17,6 +17,8 @@
 //   create_quantized_param(model, value, name, d)  stores it (quantizing it, or taking its bytes) on d
 //   update_missing_keys(model, missing, prefix)    keys the backend fills itself are not missing
 //   update_unexpected_keys(model, unexpected, prefix)  keys the backend read itself are not unexpected
+//   offload_unquantized(model, value, name)        optional: a float weight to offload as it is
+//                                                  (load_checkpoint_in_model without offload_8bit_bnb)
 //   postprocess_model(model)                       after loading
 //   dequantize(model)                              back to float layers, where the backend can
 // and the attributes: name, modules_to_not_convert, required_features (the C++ side of
@@ -147,6 +149,13 @@ class AnyQuantizer {
   std::vector<std::string> update_unexpected_keys(const nn::Module& m, std::vector<std::string> k, const std::string& p) const {
     return self_->update_unexpected_keys(m, std::move(k), p);
   }
+  /// The float tensor to offload instead of quantizing `value` (a tensor the backend claims) for
+  /// a layer placed on disk, the layer made ready to take it back per call; nullopt: quantize as
+  /// usual. Optional in a backend (bitsandbytes' int8 layers have it, for Accelerate's
+  /// offload_8bit_bnb=False); without it, nullopt.
+  std::optional<Tensor> offload_unquantized(nn::Module& m, const Tensor& v, const std::string& n) const {
+    return self_->offload_unquantized(m, v, n);
+  }
   void postprocess_model(nn::Module& m) const { self_->postprocess_model(m); }
   void dequantize(nn::Module& m) const { self_->dequantize(m); }
 
@@ -178,6 +187,7 @@ class AnyQuantizer {
     virtual void create_quantized_param(nn::Module&, const Tensor&, const std::string&, Device) = 0;
     virtual std::vector<std::string> update_missing_keys(const nn::Module&, std::vector<std::string>, const std::string&) = 0;
     virtual std::vector<std::string> update_unexpected_keys(const nn::Module&, std::vector<std::string>, const std::string&) = 0;
+    virtual std::optional<Tensor> offload_unquantized(nn::Module&, const Tensor&, const std::string&) = 0;
     virtual void postprocess_model(nn::Module&) = 0;
     virtual void dequantize(nn::Module&) = 0;
   };
@@ -217,6 +227,13 @@ class AnyQuantizer {
     std::vector<std::string> update_unexpected_keys(const nn::Module& m, std::vector<std::string> k,
                                                     const std::string& p) override {
       return q.update_unexpected_keys(m, std::move(k), p);
+    }
+    std::optional<Tensor> offload_unquantized(nn::Module& m, const Tensor& v, const std::string& n) override {
+      if constexpr (requires { { q.offload_unquantized(m, v, n) } -> std::convertible_to<std::optional<Tensor>>; }) {
+        return q.offload_unquantized(m, v, n);
+      } else {
+        return std::nullopt;
+      }
     }
     void postprocess_model(nn::Module& m) override { q.postprocess_model(m); }
     void dequantize(nn::Module& m) override { q.dequantize(m); }

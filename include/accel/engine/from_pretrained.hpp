@@ -227,6 +227,27 @@ inline void finish(LoadedModel& out, const dispatch::LoadPretrainedOptions& lo) 
   }
 }
 
+/// generation_reserve of `model` as load_pretrained_causal_lm plans it: on a scratch meta model
+/// with the quantizer's layers swapped in (a quantized block is the ring's buffer, not its float
+/// twin), under the budgets as the quantizer adjusts them, with read-ahead `depth`.
+inline plan::GenerationReserve planned_generation_reserve(const std::filesystem::path& model,
+                                                          const nlohmann::json& config,
+                                                          const dispatch::LoadPretrainedOptions& lo,
+                                                          const FromPretrainedOptions& o, std::size_t depth) {
+  const DType dtype = dispatch::load_dtype(config, model.string(), lo);
+  std::shared_ptr<models::CausalLM> meta;
+  {
+    auto guard = nn::init_empty_weights(false);
+    meta = models::causal_lm_from_hf_config(config, dtype);
+  }
+  plan::MaxMemory budgets = o.max_memory ? *o.max_memory : plan::get_max_memory();
+  if (lo.quantizer) {
+    lo.quantizer->preprocess_model(meta->module(), io::resolve_checkpoint_files(dispatch::checkpoint_of(model)));
+    budgets = lo.quantizer->adjust_max_memory(std::move(budgets));
+  }
+  return plan::generation_reserve(meta->module(), config, dtype, budgets, o.reserve_tokens, depth);
+}
+
 }  // namespace detail
 
 /// Loads `model` in this process alone (see the header comment).
@@ -275,17 +296,10 @@ LoadedModel from_pretrained(const dist::PartialState<D>& state, const std::files
       throw ValueError("from_pretrained: device_map 'balanced_low_0' has no meaning across processes (auto, balanced, sequential)");
     }
     so.plan.strategy = how;
-    const DType dtype = dispatch::load_dtype(config, model.string(), lo);
-    std::shared_ptr<models::CausalLM> meta;
-    {
-      auto guard = nn::init_empty_weights(false);
-      meta = models::causal_lm_from_hf_config(config, dtype);
-    }
     // Disk blocks go to the last process naming a disk budget (every process takes the same
     // options, so the last one): it alone streams and keeps the read-ahead ring.
     const bool streams = state.is_last_process();
-    out.generation = plan::generation_reserve(meta->module(), config, dtype, o.max_memory ? *o.max_memory : plan::get_max_memory(),
-                                              o.reserve_tokens, streams ? o.offload_depth : 0);
+    out.generation = detail::planned_generation_reserve(model, config, lo, o, streams ? o.offload_depth : 0);
     if (streams) depth = out.generation->depth;
     for (const auto& [where, bytes] : out.generation->reserve()) lo.reserve.add(where, bytes);
   }

@@ -3,7 +3,8 @@
 //
 //   BasicLinear4bit<P>(in, out, bias, options)     "weight" u8 [(in * out + 1) / 2, 1] + BnbQuantState
 //   BasicLinear8bitLt<P>(in, out, bias, options)   "weight" i8 [out, in] (CB), "SCB" f32 [out],
-//                                                  "weight_format" u8 scalar (buffers, as bnb saves them)
+//                                                  "weight_format" u8 scalar (buffers, as bnb saves them);
+//                                                  with has_fp16_weights "weight" float [out, in] alone
 //   linear_4bit_weight_shape(in, out)              the packed shape
 //
 // Packed weights are bytes with a type tag (docs/design.md, "Packed weights and quantizers"): the
@@ -19,12 +20,14 @@
 //   decoded on the fly, float32 sums), more rows dequantize the weight to compute_dtype and run
 //   ops::linear (bnb: 1 row through its GEMV, more through dequantize + matmul); y is cast back to
 //   x's dtype.
-// - Linear8bitLt: matmul_8bit with llm_int8_threshold (outlier columns in float).
+// - Linear8bitLt: matmul_8bit with llm_int8_threshold (outlier columns in float); a float weight
+//   (has_fp16_weights) is quantized per call first, as MatMul8bitLt does for one.
 // On a GPU (the weight moved there by a device map or a hook), both go through
 // quant/layers/device_linear.hpp's kernels: up to 8 rows decode the weight on the fly in float32, more
 // decode it once to x's dtype and multiply with cuBLAS. Differences from bnb on a GPU: Linear8bitLt
 // computes every column in floating point against the decoded weight (no int8 activations, so no
-// outlier split), which is closer to the float model than LLM.int8's int8 product.
+// outlier split), which is closer to the float model than LLM.int8's int8 product; a float weight
+// (has_fp16_weights) is multiplied as it is, not rounded to int8 first.
 #pragma once
 
 #include <cstdint>
@@ -237,9 +240,18 @@ struct Linear8bitOptions {
   DType weight_dtype = DType::f32;
   /// The layer replaces GPT-2's Conv1D (a float checkpoint weight arrives [in, out]).
   bool transposed_source = false;
+  /// bnb's has_fp16_weights (transformers' llm_int8_has_fp16_weight): "weight" holds the float
+  /// weight [out, in] in weight_dtype and no SCB / weight_format buffers are registered (bnb saves
+  /// neither then); each forward quantizes the weight as Int8Params does and runs the same int8
+  /// product, so the outputs equal those of has_fp16_weights=false, for twice the memory and a
+  /// weight a trainer may change between calls.
+  bool has_fp16_weights = false;
 };
 
-/// bnb.nn.Linear8bitLt with has_fp16_weights=False: y = x W^T + b through matmul_8bit.
+/// bnb.nn.Linear8bitLt: y = x W^T + b through matmul_8bit, the weight held as int8 codes and SCB,
+/// or as floats quantized per call (has_fp16_weights, or a float weight an offload hook brought in
+/// for a layer whose offload folder holds it unquantized: load_checkpoint_in_model without
+/// offload_8bit_bnb).
 template <PolicyBundle P = default_policies>
 class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
   using Base = nn::BasicModule<BasicLinear8bitLt<P>, P>;
@@ -252,9 +264,12 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
       throw ValueError("Linear8bitLt: in_features and out_features must be positive, got " +
                        std::to_string(in_features) + " and " + std::to_string(out_features));
     }
-    weight_ =
-        &this->register_parameter("weight", nn::new_parameter_tensor({out_features, in_features}, DType::i8), false);
+    weight_ = &this->register_parameter(
+        "weight",
+        nn::new_parameter_tensor({out_features, in_features}, o_.has_fp16_weights ? o_.weight_dtype : DType::i8),
+        false);
     if (bias) bias_ = &this->register_parameter("bias", nn::new_parameter_tensor({out_features}, o_.weight_dtype));
+    if (o_.has_fp16_weights) return;
     // Created on meta: a checkpoint or a quantization fills it, and an unfilled one is reported.
     scb_ = &this->register_buffer("SCB", Tensor::empty({out_features}, DType::f32, Device::meta()));
     // Row-major, the only format bnb still writes; a loaded one must say so too.
@@ -265,12 +280,23 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
   std::int64_t out_features() const noexcept { return out_; }
   const Linear8bitOptions& options() const noexcept { return o_; }
   const Tensor& weight() const { return (*weight_)->data; }
-  const Tensor& SCB() const { return (*scb_)->data; }
+  /// The row scales; undefined with has_fp16_weights (there are none to hold).
+  const Tensor& SCB() const {
+    static const Tensor none;
+    return scb_ ? (*scb_)->data : none;
+  }
   Tensor bias() const { return bias_ ? (*bias_)->data : Tensor(); }
-  Int8Weight int8_weight() const { return {weight(), SCB()}; }
+  /// True while the weight cell holds floats (has_fp16_weights, or a float weight brought in by
+  /// an offload hook): each forward quantizes it.
+  bool holds_float_weight() const { return weight().is_floating_point(); }
+  /// CB and SCB: the stored ones, or the float weight quantized now as Int8Params does.
+  Int8Weight int8_weight() const {
+    if (holds_float_weight()) return quantize_int8_weight(weight().to(Device::cpu()));
+    return {weight(), SCB()};
+  }
 
   /// Quantizes float `w` ([out, in], or [in, out] when transposed_source) as Int8Params does and
-  /// places CB and SCB on `device`.
+  /// places CB and SCB on `device`; with has_fp16_weights, places `w` itself in weight_dtype.
   void quantize(const Tensor& w, Device device = Device::cpu()) {
     const Tensor wt = o_.transposed_source && w.dim() == 2 ? w.t() : w;
     if (wt.shape() != Shape{out_, in_}) {
@@ -278,11 +304,21 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
                        " inputs and " + std::to_string(out_) + " outputs" +
                        (o_.transposed_source ? " (stored [in, out])" : ""));
     }
+    if (o_.has_fp16_weights) {
+      const Tensor f = wt.to(o_.weight_dtype).contiguous();
+      (*weight_)->data = device.is_meta() ? f.to_meta() : f.to(device);
+      return;
+    }
     set_quantized(quantize_int8_weight(wt.to(Device::cpu(), o_.weight_dtype)), device);
   }
 
-  /// Takes CB and SCB (a pre-quantized checkpoint's). ShapeError when they are not this layer's.
+  /// Takes CB and SCB (a pre-quantized checkpoint's). ShapeError when they are not this layer's;
+  /// ValueError for a layer with has_fp16_weights, which holds no codes.
   void set_quantized(const Int8Weight& w, Device device = Device::cpu()) {
+    if (o_.has_fp16_weights) {
+      throw ValueError("Linear8bitLt: the layer keeps a float weight (has_fp16_weights); int8 codes and SCB "
+                       "cannot be stored in it");
+    }
     if (w.CB.dtype() != DType::i8 || w.CB.shape() != Shape{out_, in_} || w.SCB.numel() != out_) {
       throw ShapeError("Linear8bitLt: CB " + std::string(dtype_name(w.CB.dtype())) + " " + w.CB.shape().str() +
                        " and SCB " + w.SCB.shape().str() + " do not fit a layer of " + std::to_string(in_) +
@@ -301,8 +337,9 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
     return matmul_8bit(x, int8_weight(), {.threshold = o_.threshold}, bias());
   }
 
-  /// The float weight [out, in] (CB * SCB / 127) in weight_dtype.
+  /// The float weight [out, in] in weight_dtype: CB * SCB / 127, or the float weight it holds.
   Tensor dequantized_weight() const {
+    if (holds_float_weight()) return weight().to(Device::cpu(), o_.weight_dtype);
     return int8_vectorwise_dequant({weight().to(Device::cpu()), SCB().to(Device::cpu())}).to(o_.weight_dtype);
   }
 
@@ -310,6 +347,12 @@ class BasicLinear8bitLt : public nn::BasicModule<BasicLinear8bitLt<P>, P> {
   // The GPU product (quant/layers/device_linear.hpp): W = CB * SCB / 127 decoded in float32, every
   // column in floating point (no outlier split is needed when nothing is rounded to int8).
   Tensor forward_on_device(const Tensor& x) {
+    if (holds_float_weight()) {
+      // The float weight multiplied as it is: the GPU product of the int8 form is a float one too.
+      return device_quantized_linear(
+          "Linear8bitLt", x, weight(), in_, out_, bias(), [](const Tensor&, const Tensor&, Tensor&) { return false; },
+          [&](Tensor& wf) { wf = weight().to(x.dtype()).contiguous(); });
+    }
     const Tensor cb = weight().contiguous();
     const DeviceQuantOps& q = device_quant_ops("Linear8bitLt", cb.device().is_cuda() ? cb.device() : x.device());
     const Tensor scb = SCB().to(cb.device(), DType::f32).contiguous();

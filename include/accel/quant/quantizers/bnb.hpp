@@ -18,7 +18,9 @@
 //   is rounded to the dtype the model holds it in, quantized (quantize_4bit, blocksize 64, the
 //   config's type and double quantization; or quantize_int8_weight) and stored; the float tensor is
 //   a view of the mapped file or one converted copy, dropped before the next: the CPU holds the
-//   quantized bytes plus one tensor at any time.
+//   quantized bytes plus one tensor at any time. With llm_int8_has_fp16_weight the int8 layers keep
+//   the float weight (in the model's dtype) and quantize it per call, as bnb's has_fp16_weights;
+//   a folder saved so holds the float weights without SCB, as bnb writes it, and loads back so.
 // - A pre-quantized checkpoint (transformers' layout: "<m>.weight" packed beside "<m>.weight.absmax",
 //   ".quant_map", [".nested_absmax", ".nested_quant_map",] ".quant_state.bitsandbytes__nf4|fp4"; or
 //   "<m>.weight" int8 beside "<m>.SCB", "<m>.weight_format"): the checkpoint decides, as a GGUF file
@@ -149,17 +151,11 @@ class BnbQuantizer : public CpuQuantizerDefaults {
   /// Layers swapped by the last preprocess_model.
   std::size_t swapped() const noexcept { return swapped_; }
 
-  /// The config, checked: something to quantize, and inference only (bnb's 16-bit main weights
-  /// of llm_int8_has_fp16_weight are a training feature).
+  /// The config, checked: something to quantize.
   void validate_environment() {
     config_.validate();
     if (!config_.is_quantizable()) {
       throw ValueError("BnbQuantizer: the config quantizes nothing; set load_in_4bit or load_in_8bit");
-    }
-    if (config_.llm_int8_has_fp16_weight) {
-      throw ValueError(
-          "BnbQuantizer: llm_int8_has_fp16_weight keeps 16-bit weights for training; only inference "
-          "(false) is supported");
     }
   }
   /// float16 when none is given, as transformers and Diffusers choose for bitsandbytes.
@@ -203,7 +199,8 @@ class BnbQuantizer : public CpuQuantizerDefaults {
                           "', which is a " + m.class_name() + " here, not a Linear or Conv1D");
       }
       if (weight_is_shared(cells, m)) continue;  // a tied head stays a float parameter
-      swap(model, path, m, four_bit);
+      // llm_int8_has_fp16_weight when quantizing on load; a stored int8 weight holds its codes.
+      swap(model, path, m, four_bit, !pre_quantized_ && config_.llm_int8_has_fp16_weight);
       ++swapped_;
     }
   }
@@ -251,7 +248,9 @@ class BnbQuantizer : public CpuQuantizerDefaults {
   }
 
   /// Keys this backend fills itself are not missing: SCB and weight_format of quantized int8
-  /// layers. A packed weight still waiting for its state is a FormatError naming what is missing.
+  /// layers, and of int8 layers holding a float weight (quantized per call; offloaded without
+  /// offload_8bit_bnb). A packed weight still waiting for its state is a FormatError naming what
+  /// is missing.
   std::vector<std::string> update_missing_keys(const nn::Module& model, std::vector<std::string> missing,
                                                const std::string& prefix) {
     finish_pending();
@@ -259,8 +258,9 @@ class BnbQuantizer : public CpuQuantizerDefaults {
       const std::string n = full.starts_with(prefix) ? full.substr(prefix.size()) : full;
       const auto s = detail::bnb_state_name(n);
       if (!s || s->four_bit || !bnb_layer(model, s->layer)) return false;
+      const auto* q = dynamic_cast<const Linear8bitLt*>(bnb_layer(model, s->layer));
       const Tensor* t = model.find_buffer(n);
-      return t && !t->is_meta();
+      return (t && !t->is_meta()) || (q && q->holds_float_weight());
     });
     return missing;
   }
@@ -274,6 +274,27 @@ class BnbQuantizer : public CpuQuantizerDefaults {
       return s && bnb_layer(model, s->layer) != nullptr;
     });
     return unexpected;
+  }
+
+  /// Accelerate's offload_8bit_bnb=False for an int8 layer placed on disk: its float checkpoint
+  /// weight as the layer holds it ([out, in]; a Conv1D's is transposed), to be offloaded as it is
+  /// and quantized per call; the layer's SCB, unused while it holds a float weight, is zeroed so
+  /// that the hooks have a tensor to place. nullopt for anything else (4-bit layers, stored
+  /// codes, has_fp16_weights layers, which hold the float weight anyway).
+  std::optional<Tensor> offload_unquantized(nn::Module& model, const Tensor& value, const std::string& name) {
+    if (!value.is_floating_point() || !name.ends_with(".weight")) return std::nullopt;
+    const std::string layer = name.substr(0, name.size() - 7);
+    auto* q = dynamic_cast<Linear8bitLt*>(bnb_layer(model, layer));
+    if (!q || q->options().has_fp16_weights || has_state(layer)) return std::nullopt;
+    const Tensor w = q->options().transposed_source && value.dim() == 2 ? value.t() : value;
+    if (w.shape() != Shape{q->out_features(), q->in_features()}) {
+      throw ShapeError("loading " + file_of(name) + ": '" + name + "' is " + value.shape().str() +
+                       ", not the float weight of an int8 layer of " + std::to_string(q->in_features()) +
+                       " inputs and " + std::to_string(q->out_features()) + " outputs" +
+                       (q->options().transposed_source ? " (stored [in, out])" : ""));
+    }
+    if (q->SCB().is_meta()) q->tensor_cell("SCB")->data = Tensor::zeros(Shape{q->out_features()}, DType::f32);
+    return w;
   }
 
   /// Checks that every swapped layer got its weight, then drops the state tensors read for loading.
@@ -463,7 +484,7 @@ class BnbQuantizer : public CpuQuantizerDefaults {
   }
 
   /// Replaces the float layer at `path` with its bitsandbytes counterpart.
-  void swap(nn::Module& model, const std::string& path, nn::Module& m, bool four_bit) {
+  void swap(nn::Module& model, const std::string& path, nn::Module& m, bool four_bit, bool has_fp16_weights) {
     const bool conv1d = m.class_name() == "Conv1D";
     const Tensor& w = m.get_parameter("weight");
     const std::int64_t in = conv1d ? w.size(0) : w.size(1), out = conv1d ? w.size(1) : w.size(0);
@@ -486,7 +507,8 @@ class BnbQuantizer : public CpuQuantizerDefaults {
           std::make_shared<Linear8bitLt>(in, out, has_bias,
                                          Linear8bitOptions{.threshold = static_cast<float>(config_.llm_int8_threshold),
                                                            .weight_dtype = dtype,
-                                                           .transposed_source = conv1d});
+                                                           .transposed_source = conv1d,
+                                                           .has_fp16_weights = has_fp16_weights});
       if (!w.is_meta()) l->quantize(w, w.device());
       q = l;
     }
@@ -512,7 +534,8 @@ static_assert(dispatch::Quantizer<BnbQuantizer>);
 // ---- saving ------------------------------------------------------------------------------------
 
 /// The BitsAndBytesConfig a quantized model's layers stand for: 4-bit (type, double quantization
-/// and compute dtype of its first Linear4bit) or 8-bit (threshold of its first Linear8bitLt), and
+/// and compute dtype of its first Linear4bit) or 8-bit (threshold and has_fp16_weights of its
+/// first Linear8bitLt), and
 /// the Linear / Conv1D layers left in float as llm_int8_skip_modules. ValueError when the model has
 /// no bitsandbytes layer.
 inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
@@ -528,6 +551,7 @@ inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
     } else if (const auto* q8 = dynamic_cast<const Linear8bitLt*>(m); q8 && !c.is_quantizable()) {
       c.load_in_8bit = true;
       c.llm_int8_threshold = q8->options().threshold;
+      c.llm_int8_has_fp16_weight = q8->options().has_fp16_weights;
     } else if (is_float_linear(*m)) {
       kept.push_back(path);
     }
@@ -541,7 +565,7 @@ inline BitsAndBytesConfig bnb_config_of(const nn::Module& model) {
 /// holds every state-dict tensor (a tied weight once) with each Linear4bit's state tensors beside
 /// its packed weight (quant_state_to_tensors; the packed bytes as elements of
 /// bnb_4bit_quant_storage, uint8 by default) and each Linear8bitLt's weight, SCB and
-/// weight_format; `out_dir/config.json` is `config` (the model's config.json) with
+/// weight_format (its float weight alone with has_fp16_weights); `out_dir/config.json` is `config` (the model's config.json) with
 /// "quantization_config" set to `quantization_config`, else bnb_config_of(model). Both files are
 /// written atomically. ValueError for a weight on meta (offloaded or never loaded) or a model
 /// without bitsandbytes layers. A saved folder loads back with BnbQuantizer::from_model_config.
@@ -568,14 +592,20 @@ inline void save_bnb_model(const nn::Module& model, const nlohmann::json& config
                            const std::optional<BitsAndBytesConfig>& quantization_config = std::nullopt) {
   const BitsAndBytesConfig qc = quantization_config ? *quantization_config : bnb_config_of(model);
   std::map<std::string, const Linear4bit*> four;
+  std::set<std::string> conv1d_float;  // float weights of int8 layers that replaced a Conv1D
   for (const auto& [path, m] : model.named_modules()) {
-    if (const auto* q = dynamic_cast<const Linear4bit*>(m)) four.emplace(path.empty() ? "weight" : path + ".weight", q);
+    const std::string w = path.empty() ? "weight" : path + ".weight";
+    if (const auto* q = dynamic_cast<const Linear4bit*>(m)) four.emplace(w, q);
+    if (const auto* q = dynamic_cast<const Linear8bitLt*>(m); q && q->holds_float_weight() && q->options().transposed_source)
+      conv1d_float.insert(w);
   }
   save_quantized_folder("save_bnb_model", model, config, out_dir, qc.to_json(),
                         [&](const std::string& name, const Tensor& value, io::NamedTensors& out) {
                           const auto it = four.find(name);
                           if (it == four.end()) {
-                            out.emplace_back(name, value);
+                            // A float weight keeps its source's layout ([in, out] for a Conv1D),
+                            // so the folder reads back as the float checkpoint it came from.
+                            out.emplace_back(name, conv1d_float.count(name) ? value.t().contiguous() : value);
                             return;
                           }
                           if (!it->second->quant_state()) throw ValueError("save_bnb_model: '" + name + "' has not been quantized");
@@ -709,6 +739,7 @@ QuantizedLoad load_and_quantize_model(nn::Module& model, const BnbQuantizationCo
   lo.show_progress = o.show_progress;
   lo.warnings = o.warnings;
   lo.quantizer = any;
+  lo.offload_8bit_bnb = bc.load_in_8bit;  // Accelerate: load_in_8bit and offload
   out.load = dispatch::load_checkpoint_in_model(model, *weights_location, lo);  // unexpected keys: the hook ran
   q.postprocess_model(model);
   dispatch::dispatch_model<Offload>(model, out.device_map, {.offload_dir = o.offload_folder});
