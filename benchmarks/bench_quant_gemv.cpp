@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
       {"q8_0", GgmlType::q8_0}, {"q4_0", GgmlType::q4_0}, {"q4_K", GgmlType::q4_k}, {"q6_K", GgmlType::q6_k},
       {"q5_K", GgmlType::q5_k}, {"q3_K", GgmlType::q3_k}, {"q2_K", GgmlType::q2_k}, {"q5_0", GgmlType::q5_0},
       {"q4_1", GgmlType::q4_1}, {"q5_1", GgmlType::q5_1}, {"iq4_nl", GgmlType::iq4_nl}, {"iq4_xs", GgmlType::iq4_xs},
-      {"tq2_0", GgmlType::tq2_0}, {"iq3_s", GgmlType::iq3_s}, {"iq2_xs", GgmlType::iq2_xs}, {"q4_0r", GgmlType::q4_0}, {"q8_0r", GgmlType::q8_0},
+      {"tq2_0", GgmlType::tq2_0}, {"iq3_s", GgmlType::iq3_s}, {"iq2_xs", GgmlType::iq2_xs}, {"iq3_xxs", GgmlType::iq3_xxs}, {"iq2_xxs", GgmlType::iq2_xxs}, {"iq2_s", GgmlType::iq2_s}, {"q4_0r", GgmlType::q4_0}, {"q8_0r", GgmlType::q8_0},
       {"nf4", std::nullopt},    {"int8", std::nullopt},   {"bf16", std::nullopt}, {"f16", std::nullopt},
       {"bf16x32", std::nullopt}, {"f16x32", std::nullopt}};
   for (const int k : {4096, 14336}) {

@@ -289,7 +289,7 @@ TEST_CASE("ggml dot products of every integer type and length: every tier agains
   std::vector<std::string> tiers;
   for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
                           GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
-                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s}) {
+                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xxs, GgmlType::iq2_xs, GgmlType::iq2_s, GgmlType::iq3_xxs, GgmlType::iq3_s}) {
     REQUIRE(quant::has_quantized_dot(type));
     for (const std::size_t blocks : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 9u, 131u}) {
       const std::size_t n = blocks * io::ggml_type_info(type).block_size;

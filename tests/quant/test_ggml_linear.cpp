@@ -68,7 +68,7 @@ using accel_test::model_dir;
 /// Every type with integer kernels.
 constexpr GgmlType dot_types[] = {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1,   GgmlType::q5_0,   GgmlType::q5_1,
                                   GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k,   GgmlType::q5_k,   GgmlType::q6_k,
-                                  GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s};
+                                  GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xxs, GgmlType::iq2_xs, GgmlType::iq2_s, GgmlType::iq3_xxs, GgmlType::iq3_s};
 
 /// `blocks` blocks of `type` where the library has no quantizer for it: deterministic random bytes
 /// (codes, packed sub-scales, Q5's fifth bits, Q3_K's high bits) with the f16 scales and mins set
@@ -164,7 +164,7 @@ TEST_CASE("quantized dot products equal the float dot of the values the blocks s
 TEST_CASE("ggml_linear matches a float linear layer within the activations' quantization error", "[quant][ggml]") {
   for (const auto type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
                           GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
-                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s}) {
+                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xxs, GgmlType::iq2_xs, GgmlType::iq2_s, GgmlType::iq3_xxs, GgmlType::iq3_s}) {
     const std::string tname(io::ggml_type_name(type));
     INFO(tname);
     const auto f = io::GgufFile::open((types_dir / (tname + ".gguf")).string());
@@ -318,7 +318,7 @@ TEST_CASE("vec_dot_rows gives vec_dot's results bit for bit for every batch size
   }
 }
 
-TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, TQ2_0, IQ2_XS, IQ3_S give "
+TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, TQ2_0 and the lattice types give "
           "vec_dot's bits",
           "[quant][ggml]") {
   // Each block decoded once for up to four activation rows (the one-row kernels are their R = 1),
@@ -332,7 +332,7 @@ TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4
   std::vector<const ActivationRow*> xs;
   for (auto& a : acts) xs.push_back(&a);
   for (const auto type : {GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q2_k, GgmlType::q3_k, GgmlType::q5_k,
-                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xs, GgmlType::iq3_s}) {
+                          GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::tq2_0, GgmlType::iq2_xxs, GgmlType::iq2_xs, GgmlType::iq2_s, GgmlType::iq3_xxs, GgmlType::iq3_s}) {
     INFO(io::ggml_type_name(type));
     // 17 blocks of 32 (two-block steps and a last block) or two super-blocks.
     const std::size_t n = activation_is_q8_k(type) ? 512 : 544, blocks = n / io::ggml_type_info(type).block_size;
@@ -356,7 +356,10 @@ TEST_CASE("the AVX2 multi-row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4
           case GgmlType::q5_k: quant::detail::dot_q5_k_rows_avx2<R>(n, w, rows, o); break;
           case GgmlType::iq4_nl: quant::detail::dot_iq4_nl_rows_avx2<R>(n, w, rows, o); break;
           case GgmlType::iq4_xs: quant::detail::dot_iq4_xs_rows_avx2<R>(n, w, rows, o); break;
+          case GgmlType::iq2_xxs: quant::detail::dot_iq2_xxs_rows_avx2<R>(n, w, rows, o); break;
           case GgmlType::iq2_xs: quant::detail::dot_iq2_xs_rows_avx2<R>(n, w, rows, o); break;
+          case GgmlType::iq2_s: quant::detail::dot_iq2_s_rows_avx2<R>(n, w, rows, o); break;
+          case GgmlType::iq3_xxs: quant::detail::dot_iq3_xxs_rows_avx2<R>(n, w, rows, o); break;
           case GgmlType::iq3_s: quant::detail::dot_iq3_s_rows_avx2<R>(n, w, rows, o); break;
           default: quant::detail::dot_tq2_0_rows_avx2<R>(n, w, rows, o); break;
         }

@@ -3,7 +3,7 @@
 // types, Q8_K for the 256-element ones) and each block's integer dot product is scaled by the two scales.
 //
 //   ActivationRow                           a quantized row and the per-block sums of its ints
-//   has_quantized_dot(t)                    Q4_0 .. Q5_1, Q8_0, Q2_K .. Q6_K, IQ2_XS, IQ3_S, IQ4_NL, IQ4_XS, TQ2_0:
+//   has_quantized_dot(t)                    Q4_0 .. Q5_1, Q8_0, Q2_K .. Q6_K, IQ2_XXS .. IQ3_S, IQ4_NL, IQ4_XS, TQ2_0:
 //                                           integer kernels
 //   vec_dot(arch, t, n, w_row, x)           one weight row (n elements) times one activation row
 //   vec_dot_rows(arch, t, n, w_row, xs, k, out)  one weight row times k activation rows
@@ -60,7 +60,10 @@ float vec_dot(const Arch& arch, GgmlType t, std::size_t n, const std::byte* w, c
     case GgmlType::iq4_nl: return dot_iq4_nl(arch, n, w, x);
     case GgmlType::iq4_xs: return dot_iq4_xs(arch, n, w, x);
     case GgmlType::tq2_0: return dot_tq2_0(arch, n, w, x);
+    case GgmlType::iq2_xxs: return dot_iq2_xxs(arch, n, w, x);
     case GgmlType::iq2_xs: return dot_iq2_xs(arch, n, w, x);
+    case GgmlType::iq2_s: return dot_iq2_s(arch, n, w, x);
+    case GgmlType::iq3_xxs: return dot_iq3_xxs(arch, n, w, x);
     case GgmlType::iq3_s: return dot_iq3_s(arch, n, w, x);
     default: break;
   }
@@ -98,7 +101,8 @@ void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
     }
     if (t == GgmlType::q4_1 || t == GgmlType::q5_0 || t == GgmlType::q5_1 || t == GgmlType::q2_k || t == GgmlType::q3_k ||
         t == GgmlType::q5_k || t == GgmlType::iq4_nl || t == GgmlType::iq4_xs || t == GgmlType::tq2_0 ||
-        t == GgmlType::iq2_xs || t == GgmlType::iq3_s) {
+        t == GgmlType::iq2_xxs || t == GgmlType::iq2_xs || t == GgmlType::iq2_s || t == GgmlType::iq3_xxs ||
+        t == GgmlType::iq3_s) {
       detail::in_groups<4>([&](auto r, const ActivationRow* const* xs, float* o) {
         constexpr int R = decltype(r)::value;
         switch (t) {
@@ -110,7 +114,10 @@ void vec_dot_rows(const Arch& arch, GgmlType t, std::size_t n, const std::byte* 
           case GgmlType::iq4_nl: detail::dot_iq4_nl_rows_avx2<R>(n, w, xs, o); break;
           case GgmlType::iq4_xs: detail::dot_iq4_xs_rows_avx2<R>(n, w, xs, o); break;
           case GgmlType::tq2_0: detail::dot_tq2_0_rows_avx2<R>(n, w, xs, o); break;
+          case GgmlType::iq2_xxs: detail::dot_iq2_xxs_rows_avx2<R>(n, w, xs, o); break;
           case GgmlType::iq2_xs: detail::dot_iq2_xs_rows_avx2<R>(n, w, xs, o); break;
+          case GgmlType::iq2_s: detail::dot_iq2_s_rows_avx2<R>(n, w, xs, o); break;
+          case GgmlType::iq3_xxs: detail::dot_iq3_xxs_rows_avx2<R>(n, w, xs, o); break;
           case GgmlType::iq3_s: detail::dot_iq3_s_rows_avx2<R>(n, w, xs, o); break;
           default: detail::dot_q5_k_rows_avx2<R>(n, w, xs, o); break;
         }

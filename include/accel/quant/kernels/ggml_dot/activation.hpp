@@ -43,19 +43,21 @@ constexpr bool has_quantized_dot(GgmlType t) noexcept {
   switch (t) {
     case GgmlType::q8_0: case GgmlType::q4_0: case GgmlType::q4_1: case GgmlType::q5_0: case GgmlType::q5_1:
     case GgmlType::q2_k: case GgmlType::q3_k: case GgmlType::q4_k: case GgmlType::q5_k: case GgmlType::q6_k:
-    case GgmlType::iq4_nl: case GgmlType::iq4_xs: case GgmlType::tq2_0: case GgmlType::iq2_xs: case GgmlType::iq3_s:
+    case GgmlType::iq4_nl: case GgmlType::iq4_xs: case GgmlType::tq2_0: case GgmlType::iq2_xxs: case GgmlType::iq2_xs:
+    case GgmlType::iq2_s: case GgmlType::iq3_xxs: case GgmlType::iq3_s:
       return true;
     default: return false;
   }
 }
 
-/// True when `t`'s activation partner is Q8_K (the 256-element K types, IQ4_XS, TQ2_0, IQ2_XS, IQ3_S); Q8_0
+/// True when `t`'s activation partner is Q8_K (the 256-element K types, IQ4_XS, TQ2_0, the lattice types); Q8_0
 /// otherwise (IQ4_NL's too). ggml pairs Q4_1 and Q5_1 with Q8_1, whose extra field is d times the
 /// block's sum: here the sums (q8_0_sums) and scales (q8_0_scales) of the Q8_0 row give the same
 /// term unrounded.
 constexpr bool activation_is_q8_k(GgmlType t) noexcept {
   return t == GgmlType::q2_k || t == GgmlType::q3_k || t == GgmlType::q4_k || t == GgmlType::q5_k || t == GgmlType::q6_k ||
-         t == GgmlType::iq4_xs || t == GgmlType::tq2_0 || t == GgmlType::iq2_xs || t == GgmlType::iq3_s;
+         t == GgmlType::iq4_xs || t == GgmlType::tq2_0 || t == GgmlType::iq2_xxs || t == GgmlType::iq2_xs ||
+         t == GgmlType::iq2_s || t == GgmlType::iq3_xxs || t == GgmlType::iq3_s;
 }
 
 /// Quantizes `x` (n floats) into `row` for type `t`'s kernel.

@@ -1,7 +1,10 @@
-// The AVX2 dot products of IQ2_XS and IQ3_S against Q8_K, for R activation rows (the one-row
-// kernels are R = 1, so vec_dot and vec_dot_rows give the same bits):
+// The AVX2 dot products of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S against Q8_K, for R activation rows
+// (the one-row kernels are R = 1, so vec_dot and vec_dot_rows give the same bits):
 //
+//   dot_iq2_xxs_rows_avx2<R>(n, w, x, out)   per group of 32: four 64-bit points
 //   dot_iq2_xs_rows_avx2<R>(n, w, x, out)    per group of 32: four 64-bit points
+//   dot_iq2_s_rows_avx2<R>(n, w, x, out)     per group of 32: four 64-bit points
+//   dot_iq3_xxs_rows_avx2<R>(n, w, x, out)   per group of 32: eight 32-bit points
 //   dot_iq3_s_rows_avx2<R>(n, w, x, out)     per group of 32: eight 32-bit points
 //
 // A group's 32 coordinates (unsigned, at most 43) come from the point tables of
@@ -16,7 +19,9 @@
 // 16-bit lanes by one VPSHUFB of the block's scales (IQ2_XS: a group's first scale in the low
 // lane, its second in the high; IQ3_S: one for both), and VPMADDWD applies them while widening,
 // so a row keeps one integer sum per block, scaled once. Points and signs are made once for the
-// R rows.
+// R rows. The XXS types keep a group's four 7-bit sign indices and its scale in one word: the
+// indices are shifted into four 64-bit lanes and given their parity bit there, the scale goes to
+// every lane.
 #pragma once
 
 #include <array>
@@ -90,7 +95,7 @@ template <class B, int R, class Block>
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < n / 256; ++b) {
     const std::byte* p = w + b * sizeof(B);
-    prefetch_ahead<2>(p);  // IQ2_XS 74 bytes a block, IQ3_S 110
+    prefetch_ahead<2>(p);  // IQ2_XXS 66 bytes a block, IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110
     __m256i sumi[R];
     const std::int8_t* q8[R];
 #pragma GCC unroll 4
@@ -104,12 +109,69 @@ template <class B, int R, class Block>
   for (int r = 0; r < R; ++r) out[r] = factor * hsum8_avx2(acc[r]);
 }
 
+/// Bit 7 of a sign byte: the parity of its 7 stored bits (io::iq2_signs), looked up by nibble.
+ACCEL_TARGET_AVX2 inline __m256i sign_parity_avx2() noexcept {
+  return _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0, -128, 0, 0, -128,
+                          -128, 0, 0, -128, 0, -128, -128, 0);
+}
+
+/// The +-1 bytes of an XXS group's 32 elements from its word (sign index l in bits 7l .. 7l + 6
+/// covering elements 8l .. 8l + 7).
+ACCEL_TARGET_AVX2 inline __m256i xxs_signs_avx2(std::uint32_t word, __m256i parity) noexcept {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits = _mm256_set1_epi64x(0x8040201008040201LL);
+  const __m256i stored = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<long long>(word)), _mm256_setr_epi64x(0, 7, 14, 21)),
+                                          _mm256_set1_epi64x(127));
+  const __m256i sign_byte =
+      _mm256_or_si256(stored, _mm256_shuffle_epi8(parity, _mm256_and_si256(_mm256_xor_si256(stored, _mm256_srli_epi64(stored, 4)), low4)));
+  const __m256i spread = _mm256_shuffle_epi8(sign_byte, _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0,
+                                                                         0, 0, 8, 8, 8, 8, 8, 8, 8, 8));
+  return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits), _mm256_set1_epi8(1));
+}
+
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq2_xxs_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                               float* out) noexcept {
+  const __m256i parity = sign_parity_avx2();
+  const auto block = [&](const std::byte* p, const std::int8_t* const* q8, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
+    const auto* qs = reinterpret_cast<const std::uint8_t*>(p + offsetof(io::block_iq2_xxs, qs));
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const std::uint8_t* i = qs + 8 * g;
+      const std::uint32_t word = io::load_le32(qs + xxs_word_at<io::block_iq2_xxs>(g));
+      const __m256i coords = _mm256_setr_epi64x(static_cast<long long>(iq2xxs_points[i[0]]), static_cast<long long>(iq2xxs_points[i[1]]),
+                                                static_cast<long long>(iq2xxs_points[i[2]]), static_cast<long long>(iq2xxs_points[i[3]]));
+      lattice_group_avx2<R>(coords, xxs_signs_avx2(word, parity), _mm256_set1_epi16(static_cast<short>(2 * (word >> 28) + 1)), q8,
+                            32 * g, sumi);
+    }
+  };
+  lattice_rows_avx2<io::block_iq2_xxs, R>(n, w, x, out, 0.125f, block);
+}
+
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq3_xxs_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                               float* out) noexcept {
+  const __m256i parity = sign_parity_avx2();
+  const auto block = [&](const std::byte* p, const std::int8_t* const* q8, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
+    const auto* qs = reinterpret_cast<const std::uint8_t*>(p + offsetof(io::block_iq3_xxs, qs));
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      const std::uint8_t* i = qs + 8 * g;
+      const std::uint32_t word = io::load_le32(qs + xxs_word_at<io::block_iq3_xxs>(g));
+      const __m256i coords = _mm256_setr_epi32(static_cast<int>(iq3xxs_points[i[0]]), static_cast<int>(iq3xxs_points[i[1]]),
+                                               static_cast<int>(iq3xxs_points[i[2]]), static_cast<int>(iq3xxs_points[i[3]]),
+                                               static_cast<int>(iq3xxs_points[i[4]]), static_cast<int>(iq3xxs_points[i[5]]),
+                                               static_cast<int>(iq3xxs_points[i[6]]), static_cast<int>(iq3xxs_points[i[7]]));
+      lattice_group_avx2<R>(coords, xxs_signs_avx2(word, parity), _mm256_set1_epi16(static_cast<short>(2 * (word >> 28) + 1)), q8,
+                            32 * g, sumi);
+    }
+  };
+  lattice_rows_avx2<io::block_iq3_xxs, R>(n, w, x, out, 0.25f, block);
+}
+
 template <int R>
 [[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq2_xs_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
                                                               float* out) noexcept {
-  // Bit 7 of a sign byte: the parity of its 7 stored bits (io::iq2_signs), looked up by nibble.
-  const __m256i parity = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128, -128, 0,
-                                          -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+  const __m256i parity = sign_parity_avx2();
   const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL), one = _mm256_set1_epi8(1), low4 = _mm256_set1_epi8(0x0F);
   const auto block = [&](const std::byte* p, const std::int8_t* const* q8, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
     const __m256i scales = lattice_scales_avx2<8>(p + offsetof(io::block_iq2_xs, scales));
@@ -141,6 +203,32 @@ template <int R>
     }
   };
   lattice_rows_avx2<io::block_iq2_xs, R>(n, w, x, out, 0.125f, block);
+}
+
+template <int R>
+[[gnu::noinline]] ACCEL_TARGET_AVX2 void dot_iq2_s_rows_avx2(std::size_t n, const std::byte* w, const ActivationRow* const* x,
+                                                             float* out) noexcept {
+  // Sign byte l of a group covers its lanes 8l .. 8l + 7, bit j lane 8l + j (as IQ3_S's).
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL), one = _mm256_set1_epi8(1);
+  const auto block = [&](const std::byte* p, const std::int8_t* const* q8, __m256i* sumi) ACCEL_TARGET_AVX2 __attribute__((always_inline)) {
+    const __m256i scales = lattice_scales_avx2<8>(p + offsetof(io::block_iq2_s, scales));
+    const auto* qs = reinterpret_cast<const std::uint8_t*>(p + offsetof(io::block_iq2_s, qs));
+    const auto* qh = reinterpret_cast<const std::uint8_t*>(p + offsetof(io::block_iq2_s, qh));
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      // Point 4g + k: two high index bits in bits 2k of qh[g].
+      const unsigned h = qh[g];
+      const __m256i coords = _mm256_setr_epi64x(static_cast<long long>(iq2s_points[qs[4 * g] | ((h << 8) & 0x300)]),
+                                                static_cast<long long>(iq2s_points[qs[4 * g + 1] | ((h << 6) & 0x300)]),
+                                                static_cast<long long>(iq2s_points[qs[4 * g + 2] | ((h << 4) & 0x300)]),
+                                                static_cast<long long>(iq2s_points[qs[4 * g + 3] | ((h << 2) & 0x300)]));
+      const __m256i spread_bits = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(io::load_le32(qs + 32 + 4 * g))), spread);
+      const __m256i signs = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread_bits, bits), bits), one);
+      lattice_group_avx2<R>(coords, signs, pick_scales_avx2(scales, lattice_scale_pick<2, 1>[g]), q8, 32 * g, sumi);
+    }
+  };
+  lattice_rows_avx2<io::block_iq2_s, R>(n, w, x, out, 0.125f, block);
 }
 
 template <int R>
@@ -187,9 +275,24 @@ template <int R>
 
 }  // namespace detail
 
+ACCEL_TARGET_AVX2 inline float dot_iq2_xxs(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                           const ActivationRow& x) noexcept {
+  return detail::one_row<detail::dot_iq2_xxs_rows_avx2<1>>(n, w, x);
+}
+
+ACCEL_TARGET_AVX2 inline float dot_iq3_xxs(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                           const ActivationRow& x) noexcept {
+  return detail::one_row<detail::dot_iq3_xxs_rows_avx2<1>>(n, w, x);
+}
+
 ACCEL_TARGET_AVX2 inline float dot_iq2_xs(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
                                           const ActivationRow& x) noexcept {
   return detail::one_row<detail::dot_iq2_xs_rows_avx2<1>>(n, w, x);
+}
+
+ACCEL_TARGET_AVX2 inline float dot_iq2_s(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
+                                         const ActivationRow& x) noexcept {
+  return detail::one_row<detail::dot_iq2_s_rows_avx2<1>>(n, w, x);
 }
 
 ACCEL_TARGET_AVX2 inline float dot_iq3_s(simd::requires_arch<simd::avx2>, std::size_t n, const std::byte* w,
